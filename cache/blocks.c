@@ -1,0 +1,440 @@
+/*
+ * blocks.c - the RAM tier: fixed slots of one block each, a hash from
+ * (file identity, block index) to slot, LRU eviction, reference counts and
+ * single-flight fetches by a pool of fetch threads.
+ *
+ * Flow of a miss: the reader takes a slot (free, or the least recently used
+ * unreferenced one), puts it in the hash as LOADING with two references (its
+ * own and the job's), queues the job at the head of the queue and sleeps on
+ * `loaded`. A fetch thread takes the job, reads the block from the store into
+ * the slot without the lock, marks it READY (or ERROR) and wakes the readers.
+ * Anyone else who misses on the same block finds it LOADING, takes a
+ * reference and sleeps too: one store read per block.
+ *
+ * Readahead queues jobs at the tail and never waits for a slot: if none is
+ * evictable without dropping a block that readahead fetched and nobody read
+ * yet, or the prefetch budget is spent, it answers -EAGAIN and the stream
+ * asks again later. Demand reads always go first.
+ *
+ * Memory: the slots are one anonymous mapping (huge pages advised), touched
+ * on first use, so that the GPU module can register it once as pinned memory.
+ */
+#define _GNU_SOURCE
+#include "cache_int.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+
+/* ---- lists ------------------------------------------------------------- */
+
+static void list_init(struct slot_list *l)
+{
+	l->head.prev = l->head.next = &l->head;
+	l->n = 0;
+}
+
+static void list_del(struct slot_list *l, struct cache_block *b)
+{
+	b->prev->next = b->next;
+	b->next->prev = b->prev;
+	b->prev = b->next = NULL;
+	l->n--;
+}
+
+void cache_list_push_back(struct slot_list *l, struct cache_block *b)
+{
+	b->prev = l->head.prev;
+	b->next = &l->head;
+	l->head.prev->next = b;
+	l->head.prev = b;
+	l->n++;
+}
+
+static void list_push_front(struct slot_list *l, struct cache_block *b)
+{
+	b->next = l->head.next;
+	b->prev = &l->head;
+	l->head.next->prev = b;
+	l->head.next = b;
+	l->n++;
+}
+
+static struct cache_block *list_first(struct slot_list *l)
+{
+	return l->n ? l->head.next : NULL;
+}
+
+void cache_lists_init(struct cache *c)
+{
+	list_init(&c->lru);
+	list_init(&c->free);
+	list_init(&c->jobs);
+}
+
+/* ---- hash -------------------------------------------------------------- */
+
+static size_t bucket_of(const struct cache *c, const struct cache_file *f, uint64_t index)
+{
+	uint64_t h = (f->id * 0x9E3779B97F4A7C15ull) ^ (index * 0xC2B2AE3D27D4EB4Full);
+
+	h ^= h >> 29;
+	return (size_t)(h & (c->nbuckets - 1));
+}
+
+static struct cache_block *hash_find(struct cache *c, struct cache_file *f, uint64_t index)
+{
+	struct cache_block *b;
+
+	for (b = c->buckets[bucket_of(c, f, index)]; b; b = b->hnext)
+		if (b->file == f && b->index == index)
+			return b;
+	return NULL;
+}
+
+static void hash_insert(struct cache *c, struct cache_block *b)
+{
+	size_t i = bucket_of(c, b->file, b->index);
+
+	b->hnext = c->buckets[i];
+	c->buckets[i] = b;
+}
+
+static void hash_remove(struct cache *c, struct cache_block *b)
+{
+	struct cache_block **pp = &c->buckets[bucket_of(c, b->file, b->index)];
+
+	while (*pp != b)
+		pp = &(*pp)->hnext;
+	*pp = b->hnext;
+	b->hnext = NULL;
+}
+
+/* ---- slots ------------------------------------------------------------- */
+
+static void drop_prefetched(struct cache *c, struct cache_block *b)
+{
+	if (b->prefetched) {
+		b->prefetched = false;
+		c->prefetch_bytes -= c->bs;
+	}
+}
+
+/*
+ * Takes a slot for reuse: a free one, else the least recently used READY
+ * block nobody holds. A prefetch (for_prefetch) does not evict blocks that
+ * readahead fetched and nobody read yet. Returns NULL if none qualifies.
+ * Called with the lock held.
+ */
+static struct cache_block *take_slot(struct cache *c, bool for_prefetch)
+{
+	struct cache_block *b = list_first(&c->free);
+
+	if (b) {
+		list_del(&c->free, b);
+		return b;
+	}
+	for (b = list_first(&c->lru); b && b != &c->lru.head; b = b->next) {
+		if (for_prefetch && b->prefetched)
+			continue;
+		list_del(&c->lru, b);
+		hash_remove(c, b);
+		if (b->prefetched) {
+			c->st.prefetch_unused++;
+			drop_prefetched(c, b);
+		}
+		c->st.evictions++;
+		return b;
+	}
+	return NULL;
+}
+
+/* Turns a taken slot into a LOADING block of (f, index) with @refs references. */
+static void start_loading(struct cache *c, struct cache_block *b, struct cache_file *f,
+			  uint64_t index, unsigned refs)
+{
+	b->file = f;
+	b->index = index;
+	b->state = SLOT_LOADING;
+	b->err = 0;
+	b->len = 0;
+	b->refs = refs;
+	b->prefetched = false;
+	hash_insert(c, b);
+}
+
+static void enqueue(struct cache *c, struct cache_block *b, bool urgent)
+{
+	b->queued = true;
+	if (urgent)
+		list_push_front(&c->jobs, b);
+	else
+		cache_list_push_back(&c->jobs, b);
+	pthread_cond_signal(&c->work);
+}
+
+/* Drops one reference; the last one makes the slot evictable or free. Lock held. */
+static void unref(struct cache *c, struct cache_block *b)
+{
+	if (--b->refs > 0)
+		return;
+	if (b->state == SLOT_READY) {
+		cache_list_push_back(&c->lru, b);
+	} else if (b->state == SLOT_ERROR) {
+		b->state = SLOT_FREE;
+		b->file = NULL;
+		cache_list_push_back(&c->free, b);
+	}
+	pthread_cond_broadcast(&c->freed);
+}
+
+/* ---- fetch threads ----------------------------------------------------- */
+
+static void note_latency(struct cache *c, double secs)
+{
+	static const double bounds[CACHE_LAT_BUCKETS] = CACHE_LAT_BOUNDS;
+	unsigned i = 0;
+
+	while (i + 1 < CACHE_LAT_BUCKETS && secs > bounds[i])
+		i++;
+	c->st.fetch_lat[i]++;
+	c->st.fetch_lat_sum += secs;
+}
+
+/* Reads one block from the store into its slot. No lock held. */
+static int fetch(struct cache *c, struct cache_block *b, uint32_t *len)
+{
+	struct cache_file *f = b->file;
+	uint64_t off = b->index << c->bs_shift;
+	size_t want = (size_t)MCFS_MIN(c->bs, f->size - off);
+	struct remote_obj obj = {.path = f->path, .version = f->version, .size = f->size};
+	ssize_t got;
+
+	got = remote_read(c->remote, &obj, off, b->data, want);
+	if (got >= 0 && (size_t)got != want)
+		got = -ESTALE;
+	if (got < 0) {
+		MCFS_ERR("%s: block %llu (bytes %llu-%llu): %s", f->path,
+			 (unsigned long long)b->index, (unsigned long long)off,
+			 (unsigned long long)(off + want - 1),
+			 got == -ESTALE ? "the file changed in the store since it was opened"
+					: strerror((int)-got));
+		return (int)got;
+	}
+	*len = (uint32_t)want;
+	return 0;
+}
+
+void *cache_fetch_thread(void *arg)
+{
+	struct cache *c = arg;
+	struct cache_block *b;
+	unsigned long long t0;
+	uint32_t len = 0;
+	int rc;
+
+	pthread_setname_np(pthread_self(), "mcfs-fetch");
+	pthread_mutex_lock(&c->lock);
+	for (;;) {
+		/* Sleeps on c->work (c->lock) until a job is queued or the cache stops. */
+		while (!c->stopping && c->jobs.n == 0)
+			pthread_cond_wait(&c->work, &c->lock);
+		if (c->stopping)
+			break;
+		b = list_first(&c->jobs);
+		list_del(&c->jobs, b);
+		b->queued = false;
+		c->inflight++;
+		pthread_mutex_unlock(&c->lock);
+
+		t0 = mcfs_now_ns();
+		rc = fetch(c, b, &len);
+
+		pthread_mutex_lock(&c->lock);
+		c->inflight--;
+		c->st.fetches++;
+		note_latency(c, (double)(mcfs_now_ns() - t0) / 1e9);
+		if (rc == 0) {
+			b->state = SLOT_READY;
+			b->len = len;
+			c->st.fetched_bytes += len;
+		} else {
+			c->st.fetch_errors++;
+			hash_remove(c, b);
+			drop_prefetched(c, b);
+			b->state = SLOT_ERROR;
+			b->err = rc;
+		}
+		pthread_cond_broadcast(&c->loaded);
+		unref(c, b); /* the job's reference */
+	}
+	pthread_mutex_unlock(&c->lock);
+	return NULL;
+}
+
+/* ---- public ------------------------------------------------------------ */
+
+int cache_block_get(struct cache *c, struct cache_file *f, uint64_t index,
+		    struct cache_block **out)
+{
+	struct cache_block *b;
+	int rc = 0;
+
+	if (index >= f->nblocks)
+		return -EINVAL;
+	pthread_mutex_lock(&c->lock);
+	for (;;) {
+		b = hash_find(c, f, index);
+		if (b)
+			break;
+		b = take_slot(c, false);
+		if (b) {
+			start_loading(c, b, f, index, 2); /* ours and the job's */
+			c->st.misses++;
+			enqueue(c, b, true);
+			goto wait;
+		}
+		/* Every slot is held by a reader or a fetch: sleeps on c->freed
+		 * (c->lock) until one is put back, then looks again. */
+		pthread_cond_wait(&c->freed, &c->lock);
+	}
+	if (b->refs++ == 0 && b->state == SLOT_READY)
+		list_del(&c->lru, b);
+	if (b->state == SLOT_READY) {
+		c->st.hits++;
+	} else {
+		c->st.waits++;
+		if (b->queued) { /* queued by readahead: a reader now waits for it */
+			list_del(&c->jobs, b);
+			list_push_front(&c->jobs, b);
+		}
+	}
+wait:
+	/* Sleeps on c->loaded (c->lock) until the fetch of b ends. */
+	while (b->state == SLOT_LOADING)
+		pthread_cond_wait(&c->loaded, &c->lock);
+	if (b->state == SLOT_ERROR) {
+		/* The fetch thread logged the cause; the reader sees EIO. */
+		rc = b->err == -ENOMEM ? -ENOMEM : -EIO;
+		unref(c, b);
+		b = NULL;
+	} else {
+		drop_prefetched(c, b);
+	}
+	pthread_mutex_unlock(&c->lock);
+	*out = b;
+	return rc;
+}
+
+void cache_block_put(struct cache *c, struct cache_block *b)
+{
+	pthread_mutex_lock(&c->lock);
+	unref(c, b);
+	pthread_mutex_unlock(&c->lock);
+}
+
+const char *cache_block_data(const struct cache_block *b)
+{
+	return b->data;
+}
+
+size_t cache_block_len(const struct cache_block *b)
+{
+	return b->len;
+}
+
+int cache_prefetch(struct cache *c, struct cache_file *f, uint64_t index)
+{
+	struct cache_block *b;
+	int rc = 0;
+
+	if (index >= f->nblocks)
+		return -EINVAL;
+	pthread_mutex_lock(&c->lock);
+	if (hash_find(c, f, index))
+		goto out;
+	if (c->prefetch_bytes + c->bs > c->prefetch_budget) {
+		rc = -EAGAIN;
+		goto out;
+	}
+	b = take_slot(c, true);
+	if (!b) {
+		rc = -EAGAIN;
+		goto out;
+	}
+	start_loading(c, b, f, index, 1); /* the job's */
+	b->prefetched = true;
+	c->prefetch_bytes += c->bs;
+	c->st.prefetches++;
+	enqueue(c, b, false);
+out:
+	pthread_mutex_unlock(&c->lock);
+	return rc;
+}
+
+uint64_t cache_evict_file(struct cache *c, struct cache_file *f)
+{
+	struct cache_block *b;
+	uint64_t i, dropped = 0;
+
+	pthread_mutex_lock(&c->lock);
+	for (i = 0; i < f->nblocks; i++) {
+		b = hash_find(c, f, i);
+		if (!b || b->state != SLOT_READY || b->refs > 0)
+			continue;
+		list_del(&c->lru, b);
+		hash_remove(c, b);
+		drop_prefetched(c, b);
+		dropped += b->len;
+		b->state = SLOT_FREE;
+		b->file = NULL;
+		cache_list_push_back(&c->free, b);
+	}
+	pthread_mutex_unlock(&c->lock);
+	return dropped;
+}
+
+uint64_t cache_file_cached_bytes(struct cache *c, struct cache_file *f)
+{
+	struct cache_block *b;
+	uint64_t i, bytes = 0;
+
+	pthread_mutex_lock(&c->lock);
+	for (i = 0; i < f->nblocks; i++) {
+		b = hash_find(c, f, i);
+		if (b && b->state == SLOT_READY)
+			bytes += b->len;
+	}
+	pthread_mutex_unlock(&c->lock);
+	return bytes;
+}
+
+void cache_get_stats(struct cache *c, struct cache_stats *out)
+{
+	pthread_mutex_lock(&c->lock);
+	*out = c->st;
+	out->block_size = c->bs;
+	out->slots = c->nslots;
+	out->slots_used = c->nslots - c->free.n;
+	out->inflight = c->inflight;
+	out->prefetch_bytes = c->prefetch_bytes;
+	pthread_mutex_unlock(&c->lock);
+}
+
+void cache_note_window(struct cache *c, unsigned window)
+{
+	unsigned i = 0;
+
+	while (i + 1 < CACHE_RA_BUCKETS && (1u << i) < window)
+		i++;
+	pthread_mutex_lock(&c->lock);
+	c->st.ra_window[i]++;
+	pthread_mutex_unlock(&c->lock);
+}
+
+void cache_ram_region(struct cache *c, void **base, size_t *len)
+{
+	*base = c->region;
+	*len = c->region_len;
+}

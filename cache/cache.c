@@ -1,0 +1,220 @@
+/*
+ * cache.c - creating and freeing the cache, and the table of file identities.
+ *
+ * A file identity is (path, version): the same pair always maps to the same
+ * struct cache_file, so blocks cached under one open are found by the next,
+ * and a new version of a file gets a new identity whose blocks start empty.
+ */
+#define _GNU_SOURCE
+#include "cache_int.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+
+static size_t pow2_at_least(size_t n)
+{
+	size_t p = 1;
+
+	while (p < n)
+		p <<= 1;
+	return p;
+}
+
+static unsigned log2u(uint64_t v)
+{
+	unsigned s = 0;
+
+	while ((1ull << s) < v)
+		s++;
+	return s;
+}
+
+static int alloc_region(struct cache *c)
+{
+	void *p;
+
+	c->region_len = c->nslots * c->bs;
+	/* NORESERVE: pages are touched on first use, so a large ram_cache costs
+	 * nothing until blocks are read. */
+	p = mmap(NULL, c->region_len, PROT_READ | PROT_WRITE,
+		 MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+	if (p == MAP_FAILED)
+		return -errno;
+	/* Huge pages: fewer TLB misses and page faults when filling 8 MiB slots. */
+	madvise(p, c->region_len, MADV_HUGEPAGE);
+	c->region = p;
+	return 0;
+}
+
+static int init_tables(struct cache *c)
+{
+	size_t i;
+
+	c->nbuckets = pow2_at_least(c->nslots * 2);
+	c->buckets = calloc(c->nbuckets, sizeof(*c->buckets));
+	c->nfbuckets = 1024;
+	c->fbuckets = calloc(c->nfbuckets, sizeof(*c->fbuckets));
+	c->slots = calloc(c->nslots, sizeof(*c->slots));
+	if (!c->buckets || !c->fbuckets || !c->slots)
+		return -ENOMEM;
+	cache_lists_init(c);
+	for (i = 0; i < c->nslots; i++) {
+		c->slots[i].data = c->region + i * c->bs;
+		c->slots[i].state = SLOT_FREE;
+		cache_list_push_back(&c->free, &c->slots[i]);
+	}
+	return 0;
+}
+
+static int start_threads(struct cache *c)
+{
+	unsigned i;
+	int rc;
+
+	c->threads = calloc(c->cfg->connections, sizeof(*c->threads));
+	if (!c->threads)
+		return -ENOMEM;
+	for (i = 0; i < c->cfg->connections; i++) {
+		rc = pthread_create(&c->threads[i], NULL, cache_fetch_thread, c);
+		if (rc)
+			return -rc;
+		c->nthreads++;
+	}
+	return 0;
+}
+
+int cache_new(const struct cfg *cfg, struct remote *remote, struct cache **out)
+{
+	struct cache *c;
+	int rc;
+
+	c = calloc(1, sizeof(*c));
+	if (!c)
+		return -ENOMEM;
+	c->cfg = cfg;
+	c->remote = remote;
+	c->bs = cfg->block_size;
+	c->bs_shift = log2u(c->bs);
+	c->nslots = (size_t)(cfg->ram_cache / c->bs);
+	c->prefetch_budget = cfg->prefetch_mem ? cfg->prefetch_mem : cfg->ram_cache / 2;
+	pthread_mutex_init(&c->lock, NULL);
+	pthread_cond_init(&c->loaded, NULL);
+	pthread_cond_init(&c->freed, NULL);
+	pthread_cond_init(&c->work, NULL);
+	rc = alloc_region(c);
+	if (rc == 0)
+		rc = init_tables(c);
+	if (rc == 0)
+		rc = start_threads(c);
+	if (rc < 0) {
+		MCFS_ERR("cannot set up the block cache (%zu slots of %llu bytes): %s", c->nslots,
+			 (unsigned long long)c->bs, strerror(-rc));
+		cache_free(c);
+		return rc;
+	}
+	*out = c;
+	return 0;
+}
+
+void cache_free(struct cache *c)
+{
+	struct cache_file *f, *next;
+	unsigned i;
+	size_t j;
+
+	if (!c)
+		return;
+	pthread_mutex_lock(&c->lock);
+	c->stopping = true;
+	pthread_cond_broadcast(&c->work);
+	pthread_mutex_unlock(&c->lock);
+	for (i = 0; i < c->nthreads; i++)
+		pthread_join(c->threads[i], NULL);
+	free(c->threads);
+	for (j = 0; c->fbuckets && j < c->nfbuckets; j++) {
+		for (f = c->fbuckets[j]; f; f = next) {
+			next = f->hnext;
+			free(f->path);
+			free(f);
+		}
+	}
+	free(c->fbuckets);
+	free(c->buckets);
+	free(c->slots);
+	if (c->region)
+		munmap(c->region, c->region_len);
+	pthread_mutex_destroy(&c->lock);
+	pthread_cond_destroy(&c->loaded);
+	pthread_cond_destroy(&c->freed);
+	pthread_cond_destroy(&c->work);
+	free(c);
+}
+
+static size_t fbucket(const struct cache *c, const char *path, const char *version)
+{
+	uint64_t h = 1469598103934665603ull; /* FNV-1a */
+	const char *s;
+
+	for (s = path; *s; s++)
+		h = (h ^ (unsigned char)*s) * 1099511628211ull;
+	for (s = version; *s; s++)
+		h = (h ^ (unsigned char)*s) * 1099511628211ull;
+	return (size_t)(h & (c->nfbuckets - 1));
+}
+
+int cache_file_get(struct cache *c, const char *path, const struct remote_attr *attr,
+		   struct cache_file **out)
+{
+	size_t i = fbucket(c, path, attr->version);
+	struct cache_file *f;
+
+	pthread_mutex_lock(&c->lock);
+	for (f = c->fbuckets[i]; f; f = f->hnext)
+		if (strcmp(f->path, path) == 0 && strcmp(f->version, attr->version) == 0)
+			break;
+	if (!f) {
+		f = calloc(1, sizeof(*f));
+		if (f)
+			f->path = strdup(path);
+		if (!f || !f->path) {
+			pthread_mutex_unlock(&c->lock);
+			free(f);
+			return -ENOMEM;
+		}
+		f->id = ++c->next_file_id;
+		f->size = attr->size;
+		f->nblocks = (attr->size + c->bs - 1) >> c->bs_shift;
+		snprintf(f->version, sizeof(f->version), "%s", attr->version);
+		f->hnext = c->fbuckets[i];
+		c->fbuckets[i] = f;
+	}
+	f->refs++;
+	pthread_mutex_unlock(&c->lock);
+	*out = f;
+	return 0;
+}
+
+void cache_file_put(struct cache *c, struct cache_file *f)
+{
+	pthread_mutex_lock(&c->lock);
+	f->refs--;
+	pthread_mutex_unlock(&c->lock);
+}
+
+const char *cache_file_path(const struct cache_file *f)
+{
+	return f->path;
+}
+
+uint64_t cache_file_size(const struct cache_file *f)
+{
+	return f->size;
+}
+
+const char *cache_file_version(const struct cache_file *f)
+{
+	return f->version;
+}

@@ -1,0 +1,136 @@
+/*
+ * cache.h - the block cache: files are cut into blocks of cfg->block_size
+ * (8 MiB by default), fetched from the store by a pool of fetch threads, and
+ * kept in a RAM tier of fixed slots with LRU eviction.
+ *
+ * Contracts:
+ *  - A block is keyed by its file's identity *and version* (struct cache_file)
+ *    and its index, so a changed store file never mixes old and new bytes.
+ *  - One release per successful get: cache_block_get() returns a new reference
+ *    and the block is pinned in its slot until cache_block_put(). A referenced
+ *    block is never evicted.
+ *  - Single flight: concurrent misses on one block cause one store read; the
+ *    other readers sleep until it lands.
+ *  - Readahead (struct cache_stream) is per open file; prefetch never evicts a
+ *    block that a reader holds or that readahead fetched and nobody read yet.
+ *
+ * Lock order (outermost first): fs inode-table lock, then cache->lock. The
+ * cache lock is never held across store I/O, a FUSE reply or a callback.
+ *
+ * Threads: everything here may be called from any thread.
+ */
+#ifndef MCFS_CACHE_H
+#define MCFS_CACHE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "cfg.h"
+#include "remote.h"
+
+struct cache;
+struct cache_file;
+struct cache_block;
+struct cache_stream;
+
+/* Upper bounds (seconds) of the fetch-latency histogram buckets; the last is +Inf. */
+#define CACHE_LAT_BUCKETS 12
+#define CACHE_LAT_BOUNDS                                                                           \
+	{0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 1e300}
+/* Readahead window histogram: bucket i counts windows of < 2^i blocks at growth. */
+#define CACHE_RA_BUCKETS 12
+
+struct cache_stats {
+	uint64_t block_size;      /* bytes */
+	uint64_t slots;           /* RAM-tier slots */
+	uint64_t slots_used;      /* slots holding a block (loading or ready) */
+	uint64_t hits;            /* gets answered from a ready slot */
+	uint64_t misses;          /* gets that started a fetch */
+	uint64_t waits;           /* gets that joined another's fetch (single flight) */
+	uint64_t evictions;       /* ready blocks dropped for room */
+	uint64_t fetches;         /* block fetches from the store, done or failed */
+	uint64_t fetch_errors;    /* of which failed */
+	uint64_t fetched_bytes;   /* bytes of blocks fetched */
+	uint64_t prefetches;      /* fetches started by readahead or prefetch */
+	uint64_t prefetch_unused; /* prefetched blocks evicted before any read */
+	uint64_t inflight;        /* fetches running now */
+	uint64_t prefetch_bytes;  /* readahead memory in use now (budget: prefetch_mem) */
+	uint64_t fetch_lat[CACHE_LAT_BUCKETS]; /* fetches by latency, non-cumulative */
+	double fetch_lat_sum;                   /* seconds, all fetches */
+	uint64_t ra_window[CACHE_RA_BUCKETS];  /* window sizes seen (log2 buckets) */
+};
+
+/*
+ * Creates the cache: reserves the RAM tier (pages are touched on first use)
+ * and starts cfg->connections fetch threads. @cfg and @remote are borrowed
+ * and must outlive the cache. Returns 0 with *out set, or a negative errno.
+ */
+MCFS_MUST_CHECK int cache_new(const struct cfg *cfg, struct remote *remote, struct cache **out);
+
+/* Stops the fetch threads (waiting for fetches in flight) and frees it all. */
+void cache_free(struct cache *c);
+
+/*
+ * The RAM tier as one region, for the GPU module to pin (register) it once.
+ * Borrowed: valid until cache_free(). Can't fail.
+ */
+void cache_ram_region(struct cache *c, void **base, size_t *len);
+
+/*
+ * Returns a new reference to the identity of (path, version) with its size;
+ * drop with cache_file_put(). The same (path, version) always maps to the
+ * same identity, so a reopen finds the blocks read before.
+ * Returns 0 or -ENOMEM.
+ */
+MCFS_MUST_CHECK int cache_file_get(struct cache *c, const char *path,
+				   const struct remote_attr *attr, struct cache_file **out);
+void cache_file_put(struct cache *c, struct cache_file *f);
+/* Borrowed: valid while a reference is held. */
+const char *cache_file_path(const struct cache_file *f);
+uint64_t cache_file_size(const struct cache_file *f);
+const char *cache_file_version(const struct cache_file *f);
+/* Bytes of this file held in the RAM tier now. */
+uint64_t cache_file_cached_bytes(struct cache *c, struct cache_file *f);
+
+/*
+ * Returns a new reference to block @index of @f with its bytes ready; drop
+ * with cache_block_put(). Sleeps while the block is fetched (by this call or
+ * by another). Returns 0, -EINVAL for an index past EOF, or -EIO when the
+ * store failed or the file changed (logged once, with the path and block).
+ */
+MCFS_MUST_CHECK int cache_block_get(struct cache *c, struct cache_file *f, uint64_t index,
+				    struct cache_block **out);
+void cache_block_put(struct cache *c, struct cache_block *b);
+/* Borrowed: valid until cache_block_put(). */
+const char *cache_block_data(const struct cache_block *b);
+/* Valid bytes: block_size, or less for the file's last block. */
+size_t cache_block_len(const struct cache_block *b);
+
+/*
+ * Starts a fetch of block @index if it is not cached or loading, without
+ * waiting. Returns 0 if started or already there, -EAGAIN if the prefetch
+ * budget or the RAM tier has no room now (try later), -EINVAL past EOF.
+ */
+MCFS_MUST_CHECK int cache_prefetch(struct cache *c, struct cache_file *f, uint64_t index);
+
+/* Drops every unreferenced cached block of @f. Returns the bytes dropped. */
+uint64_t cache_evict_file(struct cache *c, struct cache_file *f);
+
+void cache_get_stats(struct cache *c, struct cache_stats *out);
+
+/*
+ * Readahead: one stream per open file handle. cache_stream_access() tells it
+ * a read of [off, off+len) is being served; it grows the window while the
+ * access pattern stays sequential (tolerating small reordering) and collapses
+ * it on random access, prefetching the window's blocks.
+ * cache_stream_new returns 0 or -ENOMEM; the stream holds a reference to @f.
+ */
+MCFS_MUST_CHECK int cache_stream_new(struct cache *c, struct cache_file *f,
+				     struct cache_stream **out);
+void cache_stream_free(struct cache_stream *s);
+void cache_stream_access(struct cache_stream *s, uint64_t off, size_t len);
+/* Current window in blocks (0 = not sequential). */
+unsigned cache_stream_window(const struct cache_stream *s);
+
+#endif

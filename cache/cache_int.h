@@ -1,0 +1,97 @@
+/*
+ * cache_int.h - what the files of cache/ share: the layout of the cache, its
+ * slots and file identities. Not for use outside cache/.
+ *
+ * Lock: one mutex, cache->lock, guards every field marked "guarded by lock"
+ * below: the block hash, the LRU and free lists, the job queue, the file table
+ * and the counters. It is a leaf lock: nothing else is taken while it is held,
+ * and it is never held across store I/O.
+ */
+#ifndef MCFS_CACHE_INT_H
+#define MCFS_CACHE_INT_H
+
+#include <pthread.h>
+
+#include "cache.h"
+
+enum slot_state {
+	SLOT_FREE,    /* on the free list, in no hash chain */
+	SLOT_LOADING, /* in the hash; a fetch thread owns data; maybe on the job queue */
+	SLOT_READY,   /* in the hash; data holds len valid bytes */
+	SLOT_ERROR,   /* out of the hash; err says why; freed when the last ref goes */
+};
+
+/* A RAM-tier slot. All fields guarded by cache->lock, except data's contents
+ * while LOADING (written by the one fetch thread that holds the job). */
+struct cache_block {
+	struct cache_file *file; /* owner identity while not FREE */
+	uint64_t index;          /* block number in the file */
+	char *data;              /* block_size bytes of the region, fixed for the slot */
+	uint32_t len;            /* valid bytes when READY */
+	enum slot_state state;
+	int err;                 /* negative errno when ERROR */
+	unsigned refs;           /* readers + the job; > 0 means never evicted */
+	bool prefetched;         /* fetched by readahead, not read yet: counts in prefetch_bytes */
+	bool queued;             /* on the job queue, not yet taken by a fetch thread */
+	struct cache_block *hnext;       /* hash chain */
+	struct cache_block *prev, *next; /* LRU list (READY, refs 0), free list or job queue */
+};
+
+/* One version of one store file. Kept for the cache's life (a few hundred
+ * bytes per version seen), so that a reopen finds the blocks read before. */
+struct cache_file {
+	struct cache_file *hnext; /* file table chain, guarded by lock */
+	uint64_t id;              /* unique within the cache, never reused */
+	unsigned refs;            /* guarded by lock; for assertions and debugging */
+	uint64_t size;            /* bytes */
+	uint64_t nblocks;
+	char *path;
+	char version[REMOTE_VERSION_MAX];
+};
+
+/* A list with a sentinel: LRU (head = least recently used), free, jobs. */
+struct slot_list {
+	struct cache_block head;
+	size_t n;
+};
+
+struct cache {
+	const struct cfg *cfg;  /* borrowed */
+	struct remote *remote;  /* borrowed */
+	uint64_t bs;            /* block size, bytes */
+	unsigned bs_shift;      /* log2(bs) */
+	char *region;           /* nslots * bs bytes, mmap'd */
+	size_t region_len;
+	struct cache_block *slots;
+	size_t nslots;
+	uint64_t prefetch_budget; /* bytes */
+
+	pthread_mutex_t lock;
+	pthread_cond_t loaded; /* some LOADING slot left that state */
+	pthread_cond_t freed;  /* a slot went to the free list or the LRU */
+	pthread_cond_t work;   /* the job queue got a job, or stopping */
+
+	struct cache_block **buckets; /* guarded by lock */
+	size_t nbuckets;              /* power of two */
+	struct slot_list lru, free, jobs; /* guarded by lock */
+	struct cache_file **fbuckets;     /* guarded by lock */
+	size_t nfbuckets;
+	uint64_t next_file_id;            /* guarded by lock */
+	bool stopping;                    /* guarded by lock */
+	unsigned inflight;                /* guarded by lock: fetches running */
+	uint64_t prefetch_bytes;          /* guarded by lock */
+	struct cache_stats st;            /* guarded by lock (counters only) */
+
+	pthread_t *threads;
+	unsigned nthreads;
+};
+
+/* blocks.c: list helpers and the fetch thread, used by cache.c's setup. */
+void cache_lists_init(struct cache *c);
+void cache_list_push_back(struct slot_list *l, struct cache_block *b);
+void *cache_fetch_thread(void *arg);
+
+/* Records a readahead window size in the stats histogram. */
+void cache_note_window(struct cache *c, unsigned window);
+
+#endif

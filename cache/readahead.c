@@ -1,0 +1,112 @@
+/*
+ * readahead.c - per-open-file sequential detection and a growing window.
+ *
+ * A stream remembers the block the reader was last in and how far ahead it
+ * has asked the cache to fetch (ra_next). A read that lands in the block
+ * read last, the next one, or anywhere inside the window already fetched is
+ * sequential: the kernel's async readahead and a multithreaded FUSE session
+ * reorder requests by a few MiB, and mmap faults read around the fault, so
+ * "exactly the next offset" would misfire. On entering a new block the window
+ * doubles (1, 2, 4 ... blocks) up to readahead_max, and the blocks up to
+ * current + window are prefetched. A read elsewhere collapses the window to 0:
+ * a random reader gets only the blocks it touches.
+ *
+ * The prefetches themselves are bounded by the cache's global budget
+ * (prefetch_mem): when it is spent, cache_prefetch() says -EAGAIN and the
+ * stream retries on the reader's next access (backpressure).
+ */
+#define _GNU_SOURCE
+#include "cache_int.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+struct cache_stream {
+	struct cache *c;
+	struct cache_file *f; /* reference held */
+	pthread_mutex_t lock; /* guards the fields below; taken before c->lock */
+	uint64_t last;        /* block of the last access */
+	uint64_t ra_next;     /* first block not yet asked for */
+	unsigned window;      /* blocks; 0 = not sequential */
+	unsigned max_window;  /* readahead_max / block_size */
+	bool started;         /* an access has been seen */
+};
+
+int cache_stream_new(struct cache *c, struct cache_file *f, struct cache_stream **out)
+{
+	struct cache_stream *s = calloc(1, sizeof(*s));
+	struct remote_attr attr = {.size = f->size};
+
+	if (!s)
+		return -ENOMEM;
+	s->c = c;
+	/* One more reference to the same identity. */
+	snprintf(attr.version, sizeof(attr.version), "%s", f->version);
+	if (cache_file_get(c, f->path, &attr, &s->f) < 0) {
+		free(s);
+		return -ENOMEM;
+	}
+	pthread_mutex_init(&s->lock, NULL);
+	s->max_window = (unsigned)(c->cfg->readahead_max / c->bs);
+	*out = s;
+	return 0;
+}
+
+void cache_stream_free(struct cache_stream *s)
+{
+	if (!s)
+		return;
+	cache_file_put(s->c, s->f);
+	pthread_mutex_destroy(&s->lock);
+	free(s);
+}
+
+/* Asks for blocks up to (not including) @end; stops at the first refusal. */
+static void fill_window(struct cache_stream *s, uint64_t end)
+{
+	if (end > s->f->nblocks)
+		end = s->f->nblocks;
+	while (s->ra_next < end) {
+		if (cache_prefetch(s->c, s->f, s->ra_next) == -EAGAIN)
+			return; /* budget or RAM tier full: ask again on the next access */
+		s->ra_next++;
+	}
+}
+
+void cache_stream_access(struct cache_stream *s, uint64_t off, size_t len)
+{
+	uint64_t blk = off >> s->c->bs_shift;
+	uint64_t last_blk = (off + (len ? len - 1 : 0)) >> s->c->bs_shift;
+	bool seq, grew = false;
+
+	if (s->max_window == 0)
+		return;
+	pthread_mutex_lock(&s->lock);
+	if (!s->started)
+		seq = off == 0; /* a reader starting at 0 is almost always streaming */
+	else
+		seq = blk + 1 >= s->last && (blk <= s->last + 1 || blk < s->ra_next);
+	if (!seq) {
+		s->window = 0;
+		s->ra_next = last_blk + 1;
+	} else if (!s->started || last_blk > s->last || s->window == 0) {
+		s->window = s->window ? MCFS_MIN(s->window * 2, s->max_window) : 1;
+		grew = true;
+	}
+	s->started = true;
+	if (last_blk > s->last || !seq)
+		s->last = last_blk;
+	if (s->ra_next < last_blk + 1)
+		s->ra_next = last_blk + 1;
+	if (s->window)
+		fill_window(s, last_blk + 1 + s->window);
+	pthread_mutex_unlock(&s->lock);
+	if (grew)
+		cache_note_window(s->c, s->window);
+}
+
+unsigned cache_stream_window(const struct cache_stream *s)
+{
+	return s->window;
+}

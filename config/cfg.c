@@ -1,0 +1,445 @@
+/*
+ * cfg.c - defaults, parsing and validation of the one config struct.
+ *
+ * Design: a constant table lists every key once: its type, the field it fills
+ * (by offset), its bounds and a help line that doubles as the "allowed" part of
+ * error messages. Parsing a value never partially updates a field: the value is
+ * converted into a local, checked, then stored.
+ */
+#define _GNU_SOURCE
+#include "cfg.h"
+
+#include <errno.h>
+#include <ini.h>
+#include <inttypes.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#define KiB (1024ull)
+#define MiB (1024ull * KiB)
+#define GiB (1024ull * MiB)
+
+enum key_type {
+	KEY_SIZE,   /* uint64_t bytes, with unit suffixes */
+	KEY_UINT,   /* unsigned */
+	KEY_DOUBLE, /* double, seconds */
+	KEY_BOOL,   /* bool: true/false, yes/no, on/off, 1/0 */
+	KEY_STR,    /* char[]: any text up to the field size */
+	KEY_LEVEL,  /* int: error|warning|info|debug */
+};
+
+struct key {
+	const char *name;
+	enum key_type type;
+	size_t off;  /* offsetof(struct cfg, field) */
+	size_t size; /* sizeof the field, for KEY_STR */
+	double min, max;
+	int (*check)(const char *value); /* extra rule for KEY_STR; 0 = ok */
+	const char *allowed;             /* shown in errors and help */
+};
+
+static int check_addressing(const char *v)
+{
+	return strcmp(v, "path") == 0 || strcmp(v, "virtual") == 0 ? 0 : -EINVAL;
+}
+
+static int check_disk_cache(const char *v)
+{
+	uint64_t bytes;
+	char *end;
+	double pct;
+
+	if (v[0] == '\0')
+		return 0;
+	if (v[strlen(v) - 1] == '%') {
+		errno = 0;
+		pct = strtod(v, &end);
+		if (errno || end != v + strlen(v) - 1 || !(pct > 0 && pct <= 100))
+			return -EINVAL;
+		return 0;
+	}
+	return cfg_parse_size(v, &bytes);
+}
+
+static int check_hostport(const char *v)
+{
+	const char *colon = strrchr(v, ':');
+	char *end;
+	long port;
+
+	if (v[0] == '\0')
+		return 0;
+	if (!colon || colon == v)
+		return -EINVAL;
+	port = strtol(colon + 1, &end, 10);
+	return *end == '\0' && port > 0 && port < 65536 ? 0 : -EINVAL;
+}
+
+#define F(field) offsetof(struct cfg, field), sizeof(((struct cfg *)0)->field)
+
+static const struct key keys[] = {
+	{"block_size", KEY_SIZE, F(block_size), 1 * MiB, 64 * MiB, NULL,
+	 "a power of two from 1M to 64M; the unit fetched and cached"},
+	{"ram_cache", KEY_SIZE, F(ram_cache), 0, 1024.0 * GiB, NULL,
+	 "a size of at least 4 blocks, e.g. 2G; RAM tier"},
+	{"readahead_max", KEY_SIZE, F(readahead_max), 0, 64.0 * GiB, NULL,
+	 "a size, 0 (off) or at least one block; cap of one stream's readahead window"},
+	{"prefetch_mem", KEY_SIZE, F(prefetch_mem), 0, 1024.0 * GiB, NULL,
+	 "a size; RAM all readahead and prefetch may hold (0 = half of ram_cache)"},
+	{"connections", KEY_UINT, F(connections), 1, 256, NULL,
+	 "1 to 256; fetches in flight to the store"},
+	{"odirect", KEY_BOOL, F(odirect), 0, 0, NULL, "true or false; posix store reads with O_DIRECT"},
+	{"attr_ttl", KEY_DOUBLE, F(attr_ttl), 0, 1e9, NULL,
+	 "seconds, 0 or more; how long attributes and listings are trusted"},
+	{"negative_ttl", KEY_DOUBLE, F(negative_ttl), 0, 1e9, NULL,
+	 "seconds, 0 or more; how long a missing name stays missing"},
+	{"read_ahead_kb", KEY_UINT, F(read_ahead_kb), 0, 1048576, NULL,
+	 "0 to 1048576 KiB; kernel readahead set on the mount (0 = kernel default)"},
+	{"splice", KEY_BOOL, F(splice), 0, 0, NULL, "true or false; splice replies into /dev/fuse"},
+	{"keep_cache", KEY_BOOL, F(keep_cache), 0, 0, NULL,
+	 "true or false; keep page cache across opens of unchanged files"},
+	{"max_threads", KEY_UINT, F(max_threads), 1, 1024, NULL, "1 to 1024; FUSE worker threads"},
+	{"allow_other", KEY_BOOL, F(allow_other), 0, 0, NULL,
+	 "true or false; let other users (pods) read the mount"},
+	{"endpoint", KEY_STR, F(endpoint), 0, 0, NULL, "an http(s) URL of an S3-compatible service"},
+	{"region", KEY_STR, F(region), 0, 0, NULL, "an S3 region name, e.g. us-east-1"},
+	{"profile", KEY_STR, F(profile), 0, 0, NULL, "a profile in ~/.aws/credentials"},
+	{"access_key", KEY_STR, F(access_key), 0, 0, NULL, "an S3 access key id"},
+	{"secret_key", KEY_STR, F(secret_key), 0, 0, NULL, "an S3 secret key"},
+	{"session_token", KEY_STR, F(session_token), 0, 0, NULL, "an S3 session token"},
+	{"addressing", KEY_STR, F(addressing), 0, 0, check_addressing, "path or virtual"},
+	{"anonymous", KEY_BOOL, F(anonymous), 0, 0, NULL, "true or false; unsigned S3 requests"},
+	{"tls_verify", KEY_BOOL, F(tls_verify), 0, 0, NULL,
+	 "true or false; verify TLS certificates"},
+	{"ca_file", KEY_STR, F(ca_file), 0, 0, NULL, "a PEM CA bundle path"},
+	{"connect_timeout", KEY_DOUBLE, F(connect_timeout), 0.1, 3600, NULL,
+	 "seconds, 0.1 to 3600"},
+	{"timeout", KEY_DOUBLE, F(timeout), 0.1, 3600, NULL,
+	 "seconds, 0.1 to 3600; a stalled transfer is retried after this"},
+	{"retries", KEY_UINT, F(retries), 0, 100, NULL, "0 to 100; retries of a failed fetch"},
+	{"manifest", KEY_STR, F(manifest), 0, 0, NULL,
+	 "a file name; the JSON listing at an http store's base"},
+	{"cache_dir", KEY_STR, F(cache_dir), 0, 0, NULL,
+	 "a directory for the disk tier and metadata (empty = RAM only)"},
+	{"disk_cache", KEY_STR, F(disk_cache), 0, 0, check_disk_cache,
+	 "a size (e.g. 100G) or a share of the cache filesystem (e.g. 50%)"},
+	{"offline", KEY_BOOL, F(offline), 0, 0, NULL,
+	 "true or false; serve cached metadata when the store is unreachable"},
+	{"metrics", KEY_STR, F(metrics), 0, 0, check_hostport,
+	 "host:port for Prometheus metrics, e.g. 127.0.0.1:9464 (empty = off)"},
+	{"log_level", KEY_LEVEL, F(log_level), 0, 0, NULL, "error, warning, info or debug"},
+};
+
+/* Mount options that mount(8) and fstab pass through; they mean nothing here. */
+static const char *const ignored_opts[] = {
+	"rw", "ro", "dev", "nodev", "suid", "nosuid", "exec", "noexec", "atime", "noatime",
+	"relatime", "nodiratime", "defaults", "auto", "noauto", "user", "nouser", "users",
+	"_netdev", "nofail", "async", "sync", "x-systemd.automount",
+};
+
+void cfg_init(struct cfg *c)
+{
+	memset(c, 0, sizeof(*c));
+	c->block_size = 8 * MiB; /* S3 reaches full throughput with 8 MiB parts */
+	c->ram_cache = 2 * GiB;
+	c->readahead_max = 512 * MiB;
+	c->prefetch_mem = 0;
+	c->connections = 16; /* one stream caps a NAS or an object store */
+	c->attr_ttl = 3600;  /* model files are immutable: trust for an hour */
+	c->negative_ttl = 10;
+	c->read_ahead_kb = 8192; /* large enough for 1 MiB FUSE READs, several in flight */
+	c->splice = false;
+	c->keep_cache = true;
+	c->max_threads = 16;
+	c->tls_verify = true;
+	snprintf(c->region, sizeof(c->region), "us-east-1");
+	snprintf(c->addressing, sizeof(c->addressing), "path");
+	c->connect_timeout = 10;
+	c->timeout = 30;
+	c->retries = 5;
+	snprintf(c->manifest, sizeof(c->manifest), ".mcfs-manifest.json");
+	snprintf(c->disk_cache, sizeof(c->disk_cache), "50%%");
+	c->log_level = MCFS_LOG_INFO;
+}
+
+int cfg_parse_size(const char *s, uint64_t *out)
+{
+	static const struct {
+		const char *suffix;
+		uint64_t mult;
+	} units[] = {
+		{"", 1},      {"b", 1},       {"k", KiB},     {"kb", KiB},   {"kib", KiB},
+		{"m", MiB},   {"mb", MiB},    {"mib", MiB},   {"g", GiB},    {"gb", GiB},
+		{"gib", GiB}, {"t", GiB * KiB}, {"tb", GiB * KiB}, {"tib", GiB * KiB},
+	};
+	unsigned long long v;
+	char *end;
+	size_t i;
+
+	if (!s || !*s || *s == '-' || *s == '+')
+		return -EINVAL;
+	errno = 0;
+	v = strtoull(s, &end, 10);
+	if (errno || end == s)
+		return -EINVAL;
+	for (i = 0; i < MCFS_ARRAY_SIZE(units); i++) {
+		if (strcasecmp(end, units[i].suffix) == 0) {
+			if (v > UINT64_MAX / units[i].mult)
+				return -EINVAL;
+			*out = v * units[i].mult;
+			return 0;
+		}
+	}
+	return -EINVAL;
+}
+
+static int parse_bool(const char *v, bool *out)
+{
+	static const char *const yes[] = {"1", "true", "yes", "on"};
+	static const char *const no[] = {"0", "false", "no", "off"};
+	size_t i;
+
+	for (i = 0; i < MCFS_ARRAY_SIZE(yes); i++) {
+		if (strcasecmp(v, yes[i]) == 0) {
+			*out = true;
+			return 0;
+		}
+		if (strcasecmp(v, no[i]) == 0) {
+			*out = false;
+			return 0;
+		}
+	}
+	return -EINVAL;
+}
+
+static int parse_level(const char *v, int *out)
+{
+	static const char *const names[] = {"error", "warning", "info", "debug"};
+	int i;
+
+	for (i = 0; i < (int)MCFS_ARRAY_SIZE(names); i++) {
+		if (strcasecmp(v, names[i]) == 0) {
+			*out = i;
+			return 0;
+		}
+	}
+	return -EINVAL;
+}
+
+static const struct key *find_key(const char *name)
+{
+	size_t i;
+
+	for (i = 0; i < MCFS_ARRAY_SIZE(keys); i++)
+		if (strcmp(keys[i].name, name) == 0)
+			return &keys[i];
+	return NULL;
+}
+
+static int parse_number(const struct key *k, const char *v, double *out)
+{
+	char *end;
+	double d;
+
+	errno = 0;
+	d = strtod(v, &end);
+	if (errno || end == v || *end != '\0' || !isfinite(d))
+		return -EINVAL;
+	if (k->type == KEY_UINT && d != floor(d))
+		return -EINVAL;
+	if (d < k->min || d > k->max)
+		return -EINVAL;
+	*out = d;
+	return 0;
+}
+
+/* Converts and stores one value; -EINVAL leaves the struct untouched. */
+static int store(struct cfg *c, const struct key *k, const char *v)
+{
+	char *field = (char *)c + k->off;
+	uint64_t bytes;
+	double d;
+	bool b;
+	int lvl;
+
+	switch (k->type) {
+	case KEY_SIZE:
+		if (cfg_parse_size(v, &bytes) < 0 || (double)bytes < k->min || (double)bytes > k->max)
+			return -EINVAL;
+		memcpy(field, &bytes, sizeof(bytes));
+		return 0;
+	case KEY_UINT:
+		if (parse_number(k, v, &d) < 0)
+			return -EINVAL;
+		*(unsigned *)(void *)field = (unsigned)d;
+		return 0;
+	case KEY_DOUBLE:
+		if (parse_number(k, v, &d) < 0)
+			return -EINVAL;
+		memcpy(field, &d, sizeof(d));
+		return 0;
+	case KEY_BOOL:
+		if (parse_bool(v, &b) < 0)
+			return -EINVAL;
+		memcpy(field, &b, sizeof(b));
+		return 0;
+	case KEY_STR:
+		if (strlen(v) >= k->size || (k->check && k->check(v) < 0))
+			return -EINVAL;
+		memcpy(field, v, strlen(v) + 1);
+		return 0;
+	case KEY_LEVEL:
+		if (parse_level(v, &lvl) < 0)
+			return -EINVAL;
+		memcpy(field, &lvl, sizeof(lvl));
+		return 0;
+	}
+	return -EINVAL;
+}
+
+int cfg_set(struct cfg *c, const char *key, const char *value, char *err, size_t errlen)
+{
+	const struct key *k;
+	size_t i;
+
+	for (i = 0; i < MCFS_ARRAY_SIZE(ignored_opts); i++)
+		if (strcmp(key, ignored_opts[i]) == 0)
+			return 0;
+	k = find_key(key);
+	if (!k) {
+		snprintf(err, errlen, "unknown option '%s' (see `mcfs help-config` for the keys)",
+			 key);
+		return -EINVAL;
+	}
+	if (!value)
+		value = k->type == KEY_BOOL ? "true" : "";
+	if (store(c, k, value) < 0) {
+		/* secrets are named, never echoed */
+		bool secret = strcmp(key, "secret_key") == 0 || strcmp(key, "session_token") == 0;
+
+		snprintf(err, errlen, "bad value for %s: '%s' (allowed: %s)", key,
+			 secret ? "<hidden>" : value, k->allowed);
+		return -EINVAL;
+	}
+	return 0;
+}
+
+int cfg_set_opts(struct cfg *c, const char *opts, char *err, size_t errlen)
+{
+	char *copy, *save = NULL, *tok, *eq;
+	int rc = 0;
+
+	copy = strdup(opts);
+	if (!copy)
+		return -ENOMEM;
+	for (tok = strtok_r(copy, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+		eq = strchr(tok, '=');
+		if (eq)
+			*eq = '\0';
+		rc = cfg_set(c, tok, eq ? eq + 1 : NULL, err, errlen);
+		if (rc < 0)
+			break;
+	}
+	free(copy);
+	return rc;
+}
+
+struct ini_ctx {
+	struct cfg *c;
+	char *err;
+	size_t errlen;
+	const char *path;
+	int rc;
+};
+
+/*
+ * Debian's libinih passes no line number to handlers; returning 0 makes
+ * ini_parse_file() report the line, and the message is finished there.
+ */
+static int on_ini_line(void *user, const char *section, const char *name, const char *value)
+{
+	struct ini_ctx *ctx = user;
+
+	if (ctx->rc < 0)
+		return 0;
+	if (section[0] != '\0' && strcmp(section, "mcfs") != 0) {
+		snprintf(ctx->err, ctx->errlen, "unknown section [%s] (allowed: [mcfs])", section);
+		ctx->rc = -EINVAL;
+		return 0;
+	}
+	if (cfg_set(ctx->c, name, value, ctx->err, ctx->errlen) < 0) {
+		ctx->rc = -EINVAL;
+		return 0;
+	}
+	return 1;
+}
+
+int cfg_load_file(struct cfg *c, const char *path, char *err, size_t errlen)
+{
+	struct ini_ctx ctx = {.c = c, .err = err, .errlen = errlen, .path = path, .rc = 0};
+	FILE *fp;
+	int line;
+
+	fp = fopen(path, "r");
+	if (!fp) {
+		int e = errno;
+
+		snprintf(err, errlen, "cannot read config file %s: %s", path, strerror(e));
+		return -e;
+	}
+	line = ini_parse_file(fp, on_ini_line, &ctx);
+	fclose(fp);
+	if (ctx.rc < 0) {
+		char msg[CFG_ERR_MAX];
+
+		snprintf(msg, sizeof(msg), "%s", err);
+		snprintf(err, errlen, "%s:%d: %s", path, line, msg);
+		return ctx.rc;
+	}
+	if (line != 0) {
+		snprintf(err, errlen, "%s:%d: syntax error (expected key = value)", path, line);
+		return -EINVAL;
+	}
+	return 0;
+}
+
+int cfg_validate(const struct cfg *c, char *err, size_t errlen)
+{
+	char buf[32];
+
+	if ((c->block_size & (c->block_size - 1)) != 0) {
+		snprintf(err, errlen, "bad value for block_size: %" PRIu64
+			 " (allowed: a power of two from 1M to 64M)", c->block_size);
+		return -EINVAL;
+	}
+	if (c->ram_cache < 4 * c->block_size) {
+		snprintf(err, errlen,
+			 "bad value for ram_cache: %s (allowed: at least 4 blocks of block_size, "
+			 "here %" PRIu64 " bytes)",
+			 mcfs_fmt_bytes(c->ram_cache, buf, sizeof(buf)), 4 * c->block_size);
+		return -EINVAL;
+	}
+	if (c->readahead_max != 0 && c->readahead_max < c->block_size) {
+		snprintf(err, errlen,
+			 "bad value for readahead_max: %" PRIu64
+			 " (allowed: 0 or at least block_size, %" PRIu64 ")",
+			 c->readahead_max, c->block_size);
+		return -EINVAL;
+	}
+	if ((c->access_key[0] != '\0') != (c->secret_key[0] != '\0')) {
+		snprintf(err, errlen, "access_key and secret_key must be given together");
+		return -EINVAL;
+	}
+	return 0;
+}
+
+void cfg_print_keys(void *fp)
+{
+	size_t i;
+
+	for (i = 0; i < MCFS_ARRAY_SIZE(keys); i++)
+		fprintf(fp, "  %-16s %s\n", keys[i].name, keys[i].allowed);
+}

@@ -1,0 +1,109 @@
+/*
+ * cfg.h - the one configuration struct and how it is filled.
+ *
+ * Order: cfg_init() sets defaults, cfg_load_file() applies a config file (INI,
+ * parsed by libinih), cfg_set()/cfg_set_opts() apply `-o key=value,...`, and
+ * cfg_validate() checks the whole struct once. Every key lives in one table in
+ * cfg.c with its type, bounds and help text, so the config file, -o, the
+ * documentation (`mcfs help-config`) and the error messages cannot disagree.
+ *
+ * Errors are returned as -EINVAL with a message in the caller's buffer that
+ * names the key, the value and what is allowed. Nothing here logs.
+ */
+#ifndef MCFS_CFG_H
+#define MCFS_CFG_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "mcfs.h"
+
+#define CFG_STR_MAX 1024
+#define CFG_ERR_MAX 512
+
+struct cfg {
+	/* Set from the command line, not keys. */
+	char source[CFG_STR_MAX];     /* store URL or directory, as given */
+	char mountpoint[CFG_STR_MAX]; /* absolute path once validated */
+	bool foreground;              /* -f: stay in the foreground, log to stderr */
+	bool fuse_debug;              /* -d: libfuse's request trace */
+
+	/* Block cache. */
+	uint64_t block_size;     /* bytes, power of two, 1..64 MiB: unit fetched and cached */
+	uint64_t ram_cache;      /* bytes of RAM-tier slots (rounded down to blocks) */
+	uint64_t readahead_max;  /* bytes: cap of one stream's readahead window */
+	uint64_t prefetch_mem;   /* bytes: all streams' prefetch in flight, global budget */
+	unsigned connections;    /* parallel fetches to the store */
+	bool odirect;            /* posix store: read with O_DIRECT */
+
+	/* Metadata. */
+	double attr_ttl;     /* seconds an attribute or listing is trusted */
+	double negative_ttl; /* seconds a "no such file" answer is trusted */
+
+	/* Kernel / FUSE. */
+	unsigned read_ahead_kb; /* written to the mount's bdi after mounting; 0 = leave */
+	bool splice;            /* splice replies into /dev/fuse */
+	bool keep_cache;        /* FOPEN_KEEP_CACHE for files unchanged since last open */
+	unsigned max_threads;   /* FUSE worker threads */
+	bool allow_other;       /* let other users see the mount */
+
+	/* Remote stores (cache/remote). */
+	char endpoint[CFG_STR_MAX];   /* S3 endpoint URL; empty = AWS for the region */
+	char region[64];              /* S3 region for SigV4 */
+	char profile[128];            /* ~/.aws/credentials profile */
+	char access_key[256];         /* S3 key; empty = environment or profile */
+	char secret_key[256];         /* never logged */
+	char session_token[2048];     /* never logged */
+	char addressing[16];          /* "path" or "virtual" */
+	bool anonymous;               /* unsigned S3 requests */
+	bool tls_verify;              /* verify server certificates */
+	char ca_file[CFG_STR_MAX];    /* extra CA bundle; empty = system */
+	double connect_timeout;       /* seconds */
+	double timeout;               /* seconds without progress before a transfer is retried */
+	unsigned retries;             /* attempts after the first, on retryable errors */
+	char manifest[256];           /* http: manifest file name at the base URL */
+
+	/* Disk tier and persistent metadata (cache/disk, cache/meta). */
+	char cache_dir[CFG_STR_MAX]; /* empty = no disk tier */
+	char disk_cache[32];         /* "SIZE" or "N%" of the filesystem */
+	bool offline;                /* answer metadata from LMDB when the store is down */
+
+	/* Operations. */
+	char metrics[128]; /* host:port for Prometheus text; empty = off */
+	int log_level;     /* MCFS_LOG_* */
+};
+
+/* Fills @c with the defaults. Can't fail. */
+void cfg_init(struct cfg *c);
+
+/*
+ * Sets one key from its text form. Returns 0, or -EINVAL with a message in
+ * err (naming key, value and what is allowed); @c is unchanged on error.
+ * Standard mount options (rw, ro, nodev, nosuid, ...) are accepted and ignored.
+ */
+MCFS_MUST_CHECK int cfg_set(struct cfg *c, const char *key, const char *value, char *err,
+			    size_t errlen);
+
+/* Applies "k=v,k2,k3=v3" (a bare key means "=true"). Stops at the first error. */
+MCFS_MUST_CHECK int cfg_set_opts(struct cfg *c, const char *opts, char *err, size_t errlen);
+
+/*
+ * Applies an INI file: keys at top level or in [mcfs]. Returns 0, -ENOENT (or
+ * another errno) if the file can't be read, or -EINVAL naming file, line, key.
+ */
+MCFS_MUST_CHECK int cfg_load_file(struct cfg *c, const char *path, char *err, size_t errlen);
+
+/* Checks relations between keys. Returns 0 or -EINVAL with a message. */
+MCFS_MUST_CHECK int cfg_validate(const struct cfg *c, char *err, size_t errlen);
+
+/*
+ * Parses "8M", "8MiB", "1g", "4096" into bytes. Returns 0 or -EINVAL.
+ * Binary units (k = 1024).
+ */
+MCFS_MUST_CHECK int cfg_parse_size(const char *s, uint64_t *out);
+
+/* Writes every key with its default and help to @fp (for docs and --help). */
+void cfg_print_keys(void *fp);
+
+#endif

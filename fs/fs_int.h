@@ -1,0 +1,56 @@
+/*
+ * fs_int.h - state shared by the files of fs/: the session, inodes and open
+ * file handles. Not a public header.
+ *
+ * The only global mutable state of the daemon is the session: main() creates
+ * one struct fs_session, passes it to fuse_session_new() as userdata, and every
+ * operation fetches it with fuse_req_userdata(). Signal handlers only set
+ * session->stop (libfuse's own handlers end the loop).
+ */
+#ifndef MCFS_FS_INT_H
+#define MCFS_FS_INT_H
+
+#define FUSE_USE_VERSION 312
+#include <fuse_lowlevel.h>
+#include <pthread.h>
+#include <stdatomic.h>
+
+#include "cache.h"
+#include "cfg.h"
+#include "remote.h"
+
+struct gpu;
+struct fs_inodes;
+
+struct fs_session {
+	struct cfg cfg;          /* validated once in main(); read-only afterwards */
+	struct remote *remote;   /* the store */
+	struct cache *cache;     /* block cache over the store */
+	struct gpu *gpu;         /* the GPU fast path; answers -ENODEV without a device */
+	struct fs_inodes *inodes; /* inode table and metadata cache (fs/inode.c) */
+	struct fuse_session *se;
+	atomic_int stop;         /* set by signal handlers */
+	uint64_t started_ns;     /* mcfs_now_ns() at mount */
+};
+
+/* One open file: what fi->fh points to. Created by open, freed by release. */
+struct fs_handle {
+	fuse_ino_t ino;
+	struct cache_file *file;     /* reference held for the handle's life */
+	struct cache_stream *stream; /* readahead state of this open */
+};
+
+static inline struct fs_session *fs_sess(fuse_req_t req)
+{
+	return fuse_req_userdata(req);
+}
+
+/* The low-level operations table (fs/ops.c). */
+extern const struct fuse_lowlevel_ops fs_ops;
+
+/* FUSE ioctl: the GPU fast path and prefetch requests (fs/ioctl.c). */
+void fs_ioctl(fuse_req_t req, fuse_ino_t ino, unsigned int cmd, void *arg,
+	      struct fuse_file_info *fi, unsigned flags, const void *in_buf, size_t in_bufsz,
+	      size_t out_bufsz);
+
+#endif

@@ -1,0 +1,531 @@
+/*
+ * inode.c - inode numbers, attributes, listings and negative entries.
+ *
+ * One node per store path ever seen, found by path (hash) or by inode number
+ * (array index). A node records what the store last said about its path and
+ * when: attributes (or "missing"), and for a directory its listing. Answers
+ * are served from the node while fresh (attr_ttl, negative_ttl); a stale node
+ * is refreshed with one store request made without the lock, so a slow store
+ * never blocks lookups elsewhere. A listing also refreshes every child's
+ * attributes, so `ls -lR` costs one store request per directory.
+ */
+#define _GNU_SOURCE
+#include "inode.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+struct fs_node {
+	fuse_ino_t ino;           /* 0 until the path is known to exist */
+	char *path;               /* store path, "" for the root */
+	struct fs_node *hnext;    /* path-hash chain */
+	struct remote_attr attr;  /* valid when exists */
+	uint64_t attr_ns;         /* when attr (or the miss) was learned; 0 = never */
+	bool exists;              /* false: the store said there is no such path */
+	uint64_t nlookup;         /* kernel references (lookups minus forgets) */
+	struct fs_listing *listing; /* directories: last listing, or NULL */
+	uint64_t list_ns;           /* when listing was made */
+	char open_version[REMOTE_VERSION_MAX]; /* version seen at the previous open */
+};
+
+struct fs_inodes {
+	pthread_mutex_t lock;      /* guards everything below and all nodes */
+	struct fs_node **by_ino;   /* index = inode number; [0] unused */
+	size_t ino_cap, next_ino;
+	struct fs_node **buckets;  /* path hash */
+	size_t nbuckets, count;
+};
+
+static size_t path_hash(const char *p)
+{
+	size_t h = 1469598103934665603ull;
+
+	for (; *p; p++)
+		h = (h ^ (unsigned char)*p) * 1099511628211ull;
+	return h;
+}
+
+static struct fs_node *find(struct fs_inodes *t, const char *path)
+{
+	struct fs_node *n;
+
+	for (n = t->buckets[path_hash(path) & (t->nbuckets - 1)]; n; n = n->hnext)
+		if (strcmp(n->path, path) == 0)
+			return n;
+	return NULL;
+}
+
+static int grow_hash(struct fs_inodes *t)
+{
+	size_t nb = t->nbuckets * 2, i;
+	struct fs_node **b = calloc(nb, sizeof(*b)), *n, *next;
+
+	if (!b)
+		return -ENOMEM;
+	for (i = 0; i < t->nbuckets; i++) {
+		for (n = t->buckets[i]; n; n = next) {
+			next = n->hnext;
+			n->hnext = b[path_hash(n->path) & (nb - 1)];
+			b[path_hash(n->path) & (nb - 1)] = n;
+		}
+	}
+	free(t->buckets);
+	t->buckets = b;
+	t->nbuckets = nb;
+	return 0;
+}
+
+/* Finds or creates the node of @path. Lock held. NULL on ENOMEM. */
+static struct fs_node *get_node(struct fs_inodes *t, const char *path)
+{
+	struct fs_node *n = find(t, path);
+	size_t i;
+
+	if (n)
+		return n;
+	if (t->count >= t->nbuckets && grow_hash(t) < 0)
+		return NULL;
+	n = calloc(1, sizeof(*n));
+	if (!n || !(n->path = strdup(path))) {
+		free(n);
+		return NULL;
+	}
+	i = path_hash(path) & (t->nbuckets - 1);
+	n->hnext = t->buckets[i];
+	t->buckets[i] = n;
+	t->count++;
+	return n;
+}
+
+/* Gives @n an inode number if it has none. Lock held. */
+static int assign_ino(struct fs_inodes *t, struct fs_node *n)
+{
+	struct fs_node **grown;
+
+	if (n->ino)
+		return 0;
+	if (t->next_ino == t->ino_cap) {
+		grown = realloc(t->by_ino, t->ino_cap * 2 * sizeof(*grown));
+		if (!grown)
+			return -ENOMEM;
+		t->by_ino = grown;
+		t->ino_cap *= 2;
+	}
+	n->ino = t->next_ino++;
+	t->by_ino[n->ino] = n;
+	return 0;
+}
+
+static struct fs_node *by_ino(struct fs_inodes *t, fuse_ino_t ino)
+{
+	return ino < t->next_ino ? t->by_ino[ino] : NULL;
+}
+
+static bool fresh(const struct fs_session *s, uint64_t when, bool exists)
+{
+	double ttl = exists ? s->cfg.attr_ttl : s->cfg.negative_ttl;
+
+	return when != 0 && (double)(mcfs_now_ns() - when) < ttl * 1e9;
+}
+
+int fs_inodes_new(struct fs_session *s, struct fs_inodes **out)
+{
+	struct fs_inodes *t = calloc(1, sizeof(*t));
+	struct fs_node *root;
+
+	if (!t)
+		return -ENOMEM;
+	pthread_mutex_init(&t->lock, NULL);
+	t->nbuckets = 1024;
+	t->buckets = calloc(t->nbuckets, sizeof(*t->buckets));
+	t->ino_cap = 1024;
+	t->by_ino = calloc(t->ino_cap, sizeof(*t->by_ino));
+	t->next_ino = FUSE_ROOT_ID;
+	root = t->buckets && t->by_ino ? get_node(t, "") : NULL;
+	if (!root || assign_ino(t, root) < 0) {
+		fs_inodes_free(t);
+		return -ENOMEM;
+	}
+	root->exists = true;
+	root->attr.mode = S_IFDIR | 0755;
+	(void)s;
+	*out = t;
+	return 0;
+}
+
+void fs_inodes_free(struct fs_inodes *t)
+{
+	struct fs_node *n, *next;
+	size_t i;
+
+	if (!t)
+		return;
+	for (i = 0; t->buckets && i < t->nbuckets; i++) {
+		for (n = t->buckets[i]; n; n = next) {
+			next = n->hnext;
+			free(n->listing);
+			free(n->path);
+			free(n);
+		}
+	}
+	free(t->buckets);
+	free(t->by_ino);
+	pthread_mutex_destroy(&t->lock);
+	free(t);
+}
+
+void fs_attr_to_stat(const struct fs_session *s, fuse_ino_t ino, const struct remote_attr *a,
+		     struct stat *st)
+{
+	memset(st, 0, sizeof(*st));
+	st->st_ino = ino;
+	st->st_mode = a->mode;
+	st->st_nlink = S_ISDIR(a->mode) ? 2 : 1;
+	st->st_uid = getuid();
+	st->st_gid = getgid();
+	st->st_size = (off_t)a->size;
+	st->st_blksize = (blksize_t)MCFS_MIN(s->cfg.block_size, 1u << 20);
+	st->st_blocks = (blkcnt_t)((a->size + 511) / 512);
+	st->st_mtim.tv_sec = a->mtime_ns / 1000000000;
+	st->st_mtim.tv_nsec = a->mtime_ns % 1000000000;
+	st->st_atim = st->st_mtim;
+	st->st_ctim = st->st_mtim;
+}
+
+/* Asks the store about @path and records the answer in its node. No lock held on entry. */
+static int refresh(struct fs_session *s, const char *path)
+{
+	struct fs_inodes *t = s->inodes;
+	struct remote_attr a;
+	struct fs_node *n;
+	int rc;
+
+	rc = remote_stat(s->remote, path, &a);
+	if (rc < 0 && rc != -ENOENT && rc != -ENOTDIR)
+		return rc;
+	pthread_mutex_lock(&t->lock);
+	n = get_node(t, path);
+	if (!n) {
+		pthread_mutex_unlock(&t->lock);
+		return -ENOMEM;
+	}
+	n->attr_ns = mcfs_now_ns();
+	n->exists = rc == 0;
+	if (rc == 0) {
+		n->attr = a;
+		rc = assign_ino(t, n);
+	} else {
+		rc = 0;
+	}
+	pthread_mutex_unlock(&t->lock);
+	return rc;
+}
+
+static int child_path(const char *dir, const char *name, char *buf, size_t len)
+{
+	int n;
+
+	if (name[0] == '\0' || strchr(name, '/') || strcmp(name, ".") == 0 ||
+	    strcmp(name, "..") == 0)
+		return -EINVAL;
+	if (strlen(name) >= REMOTE_NAME_MAX)
+		return -ENAMETOOLONG;
+	n = dir[0] ? snprintf(buf, len, "%s/%s", dir, name) : snprintf(buf, len, "%s", name);
+	return n < (int)len ? 0 : -ENAMETOOLONG;
+}
+
+/* True if the fresh listing of @dir says @name is absent. Lock held. */
+static bool listed_absent(struct fs_session *s, struct fs_node *dir, const char *name)
+{
+	size_t i;
+
+	if (!dir->listing || !fresh(s, dir->list_ns, true))
+		return false;
+	for (i = 0; i < dir->listing->n; i++)
+		if (strcmp(dir->listing->ents[i].name, name) == 0)
+			return false;
+	return true;
+}
+
+int fs_inode_lookup(struct fs_session *s, fuse_ino_t parent, const char *name,
+		    struct fuse_entry_param *e)
+{
+	struct fs_inodes *t = s->inodes;
+	char path[4096];
+	struct fs_node *p, *n;
+	int rc, tries;
+
+	memset(e, 0, sizeof(*e));
+	for (tries = 0; tries < 2; tries++) {
+		pthread_mutex_lock(&t->lock);
+		p = by_ino(t, parent);
+		if (!p || !p->exists) {
+			pthread_mutex_unlock(&t->lock);
+			return -ENOENT;
+		}
+		if (!S_ISDIR(p->attr.mode)) {
+			pthread_mutex_unlock(&t->lock);
+			return -ENOTDIR;
+		}
+		rc = child_path(p->path, name, path, sizeof(path));
+		if (rc < 0) {
+			pthread_mutex_unlock(&t->lock);
+			return rc;
+		}
+		n = find(t, path);
+		/* after a refresh, take the store's answer even with a zero ttl */
+		if ((n && (tries == 1 || fresh(s, n->attr_ns, n->exists))) ||
+		    (!n && listed_absent(s, p, name))) {
+			if (n && n->exists) {
+				n->nlookup++;
+				e->ino = n->ino;
+				fs_attr_to_stat(s, n->ino, &n->attr, &e->attr);
+				e->attr_timeout = s->cfg.attr_ttl;
+				e->entry_timeout = s->cfg.attr_ttl;
+			} else {
+				e->ino = 0; /* negative entry, cached by the kernel */
+				e->entry_timeout = s->cfg.negative_ttl;
+			}
+			pthread_mutex_unlock(&t->lock);
+			return 0;
+		}
+		pthread_mutex_unlock(&t->lock);
+		rc = refresh(s, path);
+		if (rc < 0)
+			return rc;
+	}
+	return -EIO; /* not reached: the second pass always answers */
+}
+
+void fs_inode_forget(struct fs_session *s, fuse_ino_t ino, uint64_t nlookup)
+{
+	struct fs_node *n;
+
+	pthread_mutex_lock(&s->inodes->lock);
+	n = by_ino(s->inodes, ino);
+	if (n)
+		n->nlookup = n->nlookup > nlookup ? n->nlookup - nlookup : 0;
+	pthread_mutex_unlock(&s->inodes->lock);
+}
+
+void fs_inode_ref(struct fs_session *s, fuse_ino_t ino)
+{
+	struct fs_node *n;
+
+	pthread_mutex_lock(&s->inodes->lock);
+	n = by_ino(s->inodes, ino);
+	if (n)
+		n->nlookup++;
+	pthread_mutex_unlock(&s->inodes->lock);
+}
+
+/*
+ * Copies @ino's path into buf and says whether its attributes are fresh.
+ * Returns 0, or -ENOENT for an unknown inode.
+ */
+static int node_state(struct fs_session *s, fuse_ino_t ino, char *buf, size_t len, bool *is_fresh)
+{
+	struct fs_node *n;
+
+	pthread_mutex_lock(&s->inodes->lock);
+	n = by_ino(s->inodes, ino);
+	if (!n) {
+		pthread_mutex_unlock(&s->inodes->lock);
+		return -ENOENT;
+	}
+	snprintf(buf, len, "%s", n->path);
+	/* the root is always there; its attributes come from the store once */
+	*is_fresh = fresh(s, n->attr_ns, n->exists);
+	pthread_mutex_unlock(&s->inodes->lock);
+	return 0;
+}
+
+/* Refreshes @ino if stale, then runs with the lock held: returns the node or NULL. */
+static struct fs_node *fresh_node(struct fs_session *s, fuse_ino_t ino, int *rc)
+{
+	char path[4096];
+	bool ok;
+
+	*rc = node_state(s, ino, path, sizeof(path), &ok);
+	if (*rc < 0)
+		return NULL;
+	if (!ok) {
+		*rc = refresh(s, path);
+		if (*rc < 0)
+			return NULL;
+	}
+	pthread_mutex_lock(&s->inodes->lock);
+	return by_ino(s->inodes, ino);
+}
+
+static int open_file(struct fs_session *s, fuse_ino_t ino, struct cache_file **f,
+		     bool *keep_cache);
+
+int fs_inode_getattr(struct fs_session *s, fuse_ino_t ino, struct stat *st)
+{
+	struct fs_node *n;
+	int rc;
+
+	n = fresh_node(s, ino, &rc);
+	if (!n)
+		return rc;
+	rc = n->exists ? 0 : -ENOENT;
+	if (rc == 0)
+		fs_attr_to_stat(s, ino, &n->attr, st);
+	pthread_mutex_unlock(&s->inodes->lock);
+	return rc;
+}
+
+int fs_inode_open(struct fs_session *s, fuse_ino_t ino, struct cache_file **f, bool *keep_cache)
+{
+	return open_file(s, ino, f, keep_cache);
+}
+
+int fs_inode_file(struct fs_session *s, fuse_ino_t ino, struct cache_file **f)
+{
+	return open_file(s, ino, f, NULL);
+}
+
+/* The identity of @ino's current version; with @keep_cache, as open() sees it. */
+static int open_file(struct fs_session *s, fuse_ino_t ino, struct cache_file **f, bool *keep_cache)
+{
+	struct remote_attr a;
+	char path[4096];
+	struct fs_node *n;
+	int rc;
+
+	n = fresh_node(s, ino, &rc);
+	if (!n)
+		return rc;
+	if (!n->exists)
+		rc = -ENOENT;
+	else if (S_ISDIR(n->attr.mode))
+		rc = -EISDIR;
+	else if (!S_ISREG(n->attr.mode))
+		rc = -EINVAL;
+	if (rc == 0) {
+		a = n->attr;
+		snprintf(path, sizeof(path), "%s", n->path);
+		if (keep_cache) {
+			*keep_cache = s->cfg.keep_cache && (n->open_version[0] == '\0' ||
+							    strcmp(n->open_version, a.version) == 0);
+			snprintf(n->open_version, sizeof(n->open_version), "%s", a.version);
+		}
+	}
+	pthread_mutex_unlock(&s->inodes->lock);
+	if (rc < 0)
+		return rc;
+	return cache_file_get(s->cache, path, &a, f);
+}
+
+int fs_inode_readlink(struct fs_session *s, fuse_ino_t ino, char *buf, size_t len)
+{
+	char path[4096];
+	bool ok;
+	int rc;
+
+	rc = node_state(s, ino, path, sizeof(path), &ok);
+	if (rc < 0)
+		return rc;
+	rc = remote_readlink(s->remote, path, buf, len);
+	return rc < 0 ? rc : 0;
+}
+
+int fs_inode_path(struct fs_session *s, fuse_ino_t ino, char *buf, size_t len)
+{
+	bool ok;
+
+	return node_state(s, ino, buf, len, &ok);
+}
+
+/* Builds a listing from the store's entries, updating the children's nodes. Lock held. */
+static struct fs_listing *build_listing(struct fs_session *s, const char *dir,
+					const struct remote_dirent *ents, size_t n)
+{
+	struct fs_inodes *t = s->inodes;
+	struct fs_listing *l;
+	uint64_t now = mcfs_now_ns();
+	char path[4096];
+	struct fs_node *c;
+	size_t i, k = 0;
+
+	l = calloc(1, sizeof(*l) + n * sizeof(l->ents[0]));
+	if (!l)
+		return NULL;
+	for (i = 0; i < n; i++) {
+		if (child_path(dir, ents[i].name, path, sizeof(path)) < 0)
+			continue;
+		c = get_node(t, path);
+		if (!c || assign_ino(t, c) < 0) {
+			free(l);
+			return NULL;
+		}
+		c->exists = true;
+		c->attr = ents[i].attr;
+		c->attr_ns = now;
+		l->ents[k].ino = c->ino;
+		fs_attr_to_stat(s, c->ino, &c->attr, &l->ents[k].st);
+		snprintf(l->ents[k].name, sizeof(l->ents[k].name), "%s", ents[i].name);
+		k++;
+	}
+	l->n = k;
+	l->refs = 1;
+	return l;
+}
+
+int fs_inode_list(struct fs_session *s, fuse_ino_t ino, struct fs_listing **out)
+{
+	struct fs_inodes *t = s->inodes;
+	struct remote_dirent *ents = NULL;
+	struct fs_listing *l;
+	char path[4096];
+	struct fs_node *n;
+	size_t cnt = 0;
+	int rc;
+
+	pthread_mutex_lock(&t->lock);
+	n = by_ino(t, ino);
+	if (!n) {
+		pthread_mutex_unlock(&t->lock);
+		return -ENOENT;
+	}
+	if (n->listing && fresh(s, n->list_ns, true)) {
+		n->listing->refs++;
+		*out = n->listing;
+		pthread_mutex_unlock(&t->lock);
+		return 0;
+	}
+	snprintf(path, sizeof(path), "%s", n->path);
+	pthread_mutex_unlock(&t->lock);
+
+	rc = remote_list(s->remote, path, &ents, &cnt);
+	if (rc < 0)
+		return rc;
+	pthread_mutex_lock(&t->lock);
+	l = build_listing(s, path, ents, cnt);
+	free(ents);
+	if (!l) {
+		pthread_mutex_unlock(&t->lock);
+		return -ENOMEM;
+	}
+	n = by_ino(t, ino);
+	if (n->listing && --n->listing->refs == 0)
+		free(n->listing);
+	n->listing = l;
+	n->list_ns = mcfs_now_ns();
+	l->refs++; /* the caller's */
+	*out = l;
+	pthread_mutex_unlock(&t->lock);
+	return 0;
+}
+
+void fs_listing_put(struct fs_session *s, struct fs_listing *l)
+{
+	pthread_mutex_lock(&s->inodes->lock);
+	if (--l->refs == 0)
+		free(l);
+	pthread_mutex_unlock(&s->inodes->lock);
+}

@@ -1,0 +1,86 @@
+/*
+ * inode.h - the inode table and the in-memory metadata cache of fs/.
+ *
+ * Inode numbers are stable for the life of the mount: a path gets a number
+ * the first time it is seen and keeps it (nodes are never freed before
+ * unmount; a model store has thousands of files, not billions). Attributes
+ * and directory listings are cached for attr_ttl, "no such name" answers for
+ * negative_ttl. Lookups in a directory whose listing is fresh are answered
+ * from it without asking the store.
+ *
+ * Lock: inodes->lock guards the table and every node's fields. It is never
+ * held across a store request; it may be held while taking cache->lock
+ * (fs inode-table lock, then cache lock: cache.h's lock order).
+ */
+#ifndef MCFS_FS_INODE_H
+#define MCFS_FS_INODE_H
+
+#include <sys/stat.h>
+
+#include "fs_int.h"
+
+/* A directory listing snapshot: refcounted, immutable once built. */
+struct fs_listing {
+	unsigned refs; /* guarded by inodes->lock */
+	size_t n;
+	struct fs_listent {
+		fuse_ino_t ino;
+		struct stat st;
+		char name[REMOTE_NAME_MAX];
+	} ents[];
+};
+
+MCFS_MUST_CHECK int fs_inodes_new(struct fs_session *s, struct fs_inodes **out);
+void fs_inodes_free(struct fs_inodes *t);
+
+/*
+ * Looks up @name in directory @parent. On success fills @e (attr, ino,
+ * timeouts) and counts one lookup. A missing name gives 0 with e->ino == 0
+ * and the negative timeout, so the kernel caches the miss. Errors: -ENOTDIR,
+ * -EIO, -ENAMETOOLONG, -EINVAL for a name that would escape the store.
+ */
+MCFS_MUST_CHECK int fs_inode_lookup(struct fs_session *s, fuse_ino_t parent, const char *name,
+				    struct fuse_entry_param *e);
+
+/* Drops @n lookups of @ino. The node itself stays (stable numbers). */
+void fs_inode_forget(struct fs_session *s, fuse_ino_t ino, uint64_t n);
+
+/* Current attributes of @ino (revalidated with the store after attr_ttl). */
+MCFS_MUST_CHECK int fs_inode_getattr(struct fs_session *s, fuse_ino_t ino, struct stat *st);
+
+/*
+ * The listing of directory @ino; returns a new reference, drop with
+ * fs_listing_put(). Entries have inode numbers (they count as looked up only
+ * when readdirplus returns them: see fs_inode_ref()).
+ */
+MCFS_MUST_CHECK int fs_inode_list(struct fs_session *s, fuse_ino_t ino, struct fs_listing **out);
+void fs_listing_put(struct fs_session *s, struct fs_listing *l);
+
+/* Counts one lookup of @ino (readdirplus entries). */
+void fs_inode_ref(struct fs_session *s, fuse_ino_t ino);
+
+/*
+ * For open(): the cache identity of the file's current version (new
+ * reference, drop with cache_file_put()) and whether the kernel may keep the
+ * pages it cached for this file (true if its version is the one seen at the
+ * previous open). Errors: -EISDIR, -ENOENT, -EIO.
+ */
+MCFS_MUST_CHECK int fs_inode_open(struct fs_session *s, fuse_ino_t ino, struct cache_file **f,
+				  bool *keep_cache);
+
+/* The cache identity of @ino's current version, as fs_inode_open() but
+ * without counting as an open. New reference: drop with cache_file_put(). */
+MCFS_MUST_CHECK int fs_inode_file(struct fs_session *s, fuse_ino_t ino, struct cache_file **f);
+
+/* Symlink target of @ino into buf. Returns 0 or a negative errno. */
+MCFS_MUST_CHECK int fs_inode_readlink(struct fs_session *s, fuse_ino_t ino, char *buf,
+				      size_t len);
+
+/* The node's store path (copied into buf). Returns 0 or -ENOENT. */
+MCFS_MUST_CHECK int fs_inode_path(struct fs_session *s, fuse_ino_t ino, char *buf, size_t len);
+
+/* Fills a struct stat from store attributes (read-only view, our uid/gid). */
+void fs_attr_to_stat(const struct fs_session *s, fuse_ino_t ino, const struct remote_attr *a,
+		     struct stat *st);
+
+#endif

@@ -1,0 +1,372 @@
+/*
+ * main.c - the mcfs command: mount, umount, help-config.
+ *
+ * `mcfs mount SOURCE MOUNTPOINT [-o k=v,...] [-c FILE] [-f] [-d]`, and the
+ * same without the word "mount" (the form mount.fuse3 uses for
+ * `mount -t fuse.mcfs` and fstab lines).
+ *
+ * Daemon mode: the parent forks at once and waits on a pipe; the child opens
+ * the store, sets up the cache, mounts, and writes one byte when the mount
+ * is ready. Every error before that goes to the terminal and becomes the
+ * parent's exit status, so `mcfs mount` never returns 0 for a mount that
+ * failed. Only then does the child detach its stdio and log to syslog.
+ */
+#define _GNU_SOURCE
+#include "fs_int.h"
+#include "inode.h"
+#include "mount_util.h"
+#ifdef MCFS_HAVE_GPU
+#include "gpu.h"
+#endif
+#ifdef MCFS_HAVE_METRICS
+#include "metrics.h"
+#endif
+
+#include <errno.h>
+#include <fcntl.h>
+#include <getopt.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mount.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <sys/xattr.h>
+#include <unistd.h>
+
+#define EXIT_USAGE 2
+
+static void usage(FILE *fp)
+{
+	fprintf(fp,
+		"mcfs %s - a model cache filesystem\n\n"
+		"usage:\n"
+		"  mcfs mount SOURCE MOUNTPOINT [-o key=value,...] [-c FILE] [-f] [-d]\n"
+		"  mcfs umount [-l] MOUNTPOINT\n"
+		"  mcfs help-config\n\n"
+		"SOURCE: /dir, file:///dir, http(s)://host/base, s3://bucket[/prefix]\n"
+		"  -o  options (see `mcfs help-config`), -c  config file (INI; -o wins)\n"
+		"  -f  stay in the foreground, log to stderr;  -d  FUSE debug trace\n",
+		MCFS_VERSION);
+}
+
+/* Fills cfg from argv. Returns 0, or EXIT_USAGE after printing why. */
+static int parse_mount_args(int argc, char **argv, struct cfg *cfg)
+{
+	static const struct option longopts[] = {{"help", no_argument, NULL, 'h'},
+						 {NULL, 0, NULL, 0}};
+	const char *opts[64], *cfgfile = NULL;
+	char err[CFG_ERR_MAX];
+	int c, nopts = 0, i, rc;
+
+	optind = 1;
+	while ((c = getopt_long(argc, argv, "o:c:fdh", longopts, NULL)) != -1) {
+		switch (c) {
+		case 'o':
+			if (nopts == (int)MCFS_ARRAY_SIZE(opts)) {
+				fprintf(stderr, "mcfs: too many -o arguments\n");
+				return EXIT_USAGE;
+			}
+			opts[nopts++] = optarg;
+			break;
+		case 'c':
+			cfgfile = optarg;
+			break;
+		case 'f':
+			cfg->foreground = true;
+			break;
+		case 'd':
+			cfg->fuse_debug = true;
+			cfg->foreground = true;
+			break;
+		case 'h':
+			usage(stdout);
+			exit(0);
+		default:
+			usage(stderr);
+			return EXIT_USAGE;
+		}
+	}
+	if (argc - optind != 2) {
+		fprintf(stderr, "mcfs: mount needs SOURCE and MOUNTPOINT\n");
+		usage(stderr);
+		return EXIT_USAGE;
+	}
+	snprintf(cfg->source, sizeof(cfg->source), "%s", argv[optind]);
+	snprintf(cfg->mountpoint, sizeof(cfg->mountpoint), "%s", argv[optind + 1]);
+	/* Defaults, then the file, then -o: in that order whatever the command line's. */
+	if (cfgfile && (rc = cfg_load_file(cfg, cfgfile, err, sizeof(err))) < 0) {
+		fprintf(stderr, "mcfs: %s\n", err);
+		return EXIT_USAGE;
+	}
+	for (i = 0; i < nopts; i++) {
+		if (cfg_set_opts(cfg, opts[i], err, sizeof(err)) < 0) {
+			fprintf(stderr, "mcfs: %s\n", err);
+			return EXIT_USAGE;
+		}
+	}
+	if (cfg_validate(cfg, err, sizeof(err)) < 0) {
+		fprintf(stderr, "mcfs: %s\n", err);
+		return EXIT_USAGE;
+	}
+	return 0;
+}
+
+/* Builds libfuse's arguments: read-only, named after the source. */
+static int fuse_args_for(const struct cfg *cfg, struct fuse_args *args)
+{
+	char opt[CFG_STR_MAX + 128], name[CFG_STR_MAX];
+	char *p;
+
+	if (fuse_opt_add_arg(args, "mcfs") < 0)
+		return -ENOMEM;
+	/* fsname is itself a mount option: it may not hold ',' or '\\'. */
+	snprintf(name, sizeof(name), "%s", cfg->source);
+	for (p = name; *p; p++)
+		if (*p == ',' || *p == '\\')
+			*p = '_';
+	snprintf(opt, sizeof(opt), "ro,subtype=mcfs,default_permissions,fsname=%s%s", name,
+		 cfg->allow_other ? ",allow_other" : "");
+	if (fuse_opt_add_arg(args, "-o") < 0 || fuse_opt_add_arg(args, opt) < 0)
+		return -ENOMEM;
+	if (cfg->fuse_debug && fuse_opt_add_arg(args, "-d") < 0)
+		return -ENOMEM;
+	return 0;
+}
+
+static void teardown(struct fs_session *s)
+{
+#ifdef MCFS_HAVE_GPU
+	gpu_free(s->gpu);
+#endif
+	if (s->se) {
+		fuse_remove_signal_handlers(s->se);
+		fuse_session_destroy(s->se);
+	}
+	cache_free(s->cache); /* waits for fetches in flight */
+	fs_inodes_free(s->inodes);
+	remote_close(s->remote);
+}
+
+/*
+ * Opens the store, builds the cache and mounts. Returns 0 with the session
+ * ready to serve, or a negative errno after logging why.
+ */
+static int setup(struct fs_session *s)
+{
+	struct fuse_args args = FUSE_ARGS_INIT(0, NULL);
+	int rc;
+
+	rc = remote_open(&s->cfg, &s->remote);
+	if (rc < 0)
+		return rc;
+	rc = cache_new(&s->cfg, s->remote, &s->cache);
+	if (rc == 0)
+		rc = fs_inodes_new(s, &s->inodes);
+	if (rc < 0)
+		return rc;
+#ifdef MCFS_HAVE_GPU
+	rc = gpu_new(&s->cfg, s->cache, &s->gpu);
+	if (rc < 0)
+		return rc;
+#endif
+	rc = fuse_args_for(&s->cfg, &args);
+	if (rc < 0)
+		return rc;
+	s->se = fuse_session_new(&args, &fs_ops, sizeof(fs_ops), s);
+	fuse_opt_free_args(&args);
+	if (!s->se) {
+		MCFS_ERR("cannot create the FUSE session (see the message above)");
+		return -EINVAL;
+	}
+	if (fuse_set_signal_handlers(s->se) != 0)
+		return -EIO;
+	if (fuse_session_mount(s->se, s->cfg.mountpoint) != 0) {
+		MCFS_ERR("cannot mount on %s (is /dev/fuse there, and are we root or is "
+			 "fusermount3 installed?)",
+			 s->cfg.mountpoint);
+		return -EIO;
+	}
+	fs_mount_set_readahead(s->cfg.mountpoint, s->cfg.read_ahead_kb);
+	s->started_ns = mcfs_now_ns();
+	return 0;
+}
+
+static int serve(struct fs_session *s)
+{
+	struct fuse_loop_config *lc = fuse_loop_cfg_create();
+	int rc;
+
+	if (!lc)
+		return -ENOMEM;
+	/* One /dev/fuse descriptor per worker: no contention on one queue. */
+	fuse_loop_cfg_set_clone_fd(lc, 1);
+	fuse_loop_cfg_set_max_threads(lc, s->cfg.max_threads);
+	fuse_loop_cfg_set_idle_threads(lc, s->cfg.max_threads);
+	rc = fuse_session_loop_mt(s->se, lc);
+	fuse_loop_cfg_destroy(lc);
+	fuse_session_unmount(s->se);
+	return rc < 0 ? rc : 0;
+}
+
+/* The daemon child: tells the parent through @ready_fd once mounted. */
+static int run_mount(struct fs_session *s, int ready_fd)
+{
+#ifdef MCFS_HAVE_METRICS
+	struct fs_metrics *metrics = NULL;
+#endif
+	char b[32];
+	int rc;
+
+	rc = setup(s);
+#ifdef MCFS_HAVE_METRICS
+	if (rc == 0)
+		rc = fs_metrics_start(s, &metrics);
+#endif
+	if (rc < 0) {
+		if (s->se && fuse_session_fd(s->se) >= 0)
+			fuse_session_unmount(s->se);
+		teardown(s);
+		return 1;
+	}
+	MCFS_INFO("mounted %s on %s (%s store, block %s, RAM tier %llu slots)", s->cfg.source,
+		  s->cfg.mountpoint, remote_kind(s->remote),
+		  mcfs_fmt_bytes(s->cfg.block_size, b, sizeof(b)),
+		  (unsigned long long)(s->cfg.ram_cache / s->cfg.block_size));
+	if (ready_fd >= 0) {
+		int nul = open("/dev/null", O_RDWR);
+
+		mcfs_log_setup(s->cfg.log_level, true);
+		if (nul >= 0) {
+			dup2(nul, STDIN_FILENO);
+			dup2(nul, STDOUT_FILENO);
+			dup2(nul, STDERR_FILENO);
+			if (nul > STDERR_FILENO)
+				close(nul);
+		}
+		if (write(ready_fd, "1", 1) != 1)
+			MCFS_WARN("could not tell the parent process that the mount is ready");
+		close(ready_fd);
+	}
+	rc = serve(s);
+	MCFS_INFO("unmounted %s", s->cfg.mountpoint);
+#ifdef MCFS_HAVE_METRICS
+	fs_metrics_stop(metrics);
+#endif
+	teardown(s);
+	return rc < 0 ? 1 : 0;
+}
+
+/* Forks; the parent waits for the child's "ready" byte or its death. */
+static int daemonize_and_run(struct fs_session *s)
+{
+	int pfd[2], status;
+	pid_t pid;
+	char c;
+
+	if (pipe2(pfd, O_CLOEXEC) < 0) {
+		perror("mcfs: pipe");
+		return 1;
+	}
+	pid = fork();
+	if (pid < 0) {
+		perror("mcfs: fork");
+		return 1;
+	}
+	if (pid == 0) {
+		close(pfd[0]);
+		setsid();
+		if (chdir("/") < 0)
+			MCFS_WARN("chdir /: %s", strerror(errno));
+		_exit(run_mount(s, pfd[1]));
+	}
+	close(pfd[1]);
+	if (read(pfd[0], &c, 1) == 1)
+		return 0;
+	/* the child died or failed before the mount was ready: it said why */
+	if (waitpid(pid, &status, 0) == pid && WIFEXITED(status) && WEXITSTATUS(status) != 0)
+		return WEXITSTATUS(status);
+	return 1;
+}
+
+static int cmd_mount(int argc, char **argv)
+{
+	static struct fs_session sess; /* the one session: lives until exit */
+	char abs[CFG_STR_MAX];
+	int rc;
+
+	cfg_init(&sess.cfg);
+	rc = parse_mount_args(argc, argv, &sess.cfg);
+	if (rc)
+		return rc;
+	mcfs_log_setup(sess.cfg.log_level, false);
+	rc = fs_mount_check_target(sess.cfg.mountpoint, abs, sizeof(abs));
+	if (rc < 0)
+		return 1;
+	snprintf(sess.cfg.mountpoint, sizeof(sess.cfg.mountpoint), "%s", abs);
+	if (strstr(sess.cfg.source, "://") == NULL && sess.cfg.source[0] != '/') {
+		/* a relative directory: make it absolute before the daemon leaves the cwd */
+		char *real = realpath(sess.cfg.source, NULL);
+
+		if (!real) {
+			fprintf(stderr, "mcfs: source directory %s: %s\n", sess.cfg.source,
+				strerror(errno));
+			return 1;
+		}
+		snprintf(sess.cfg.source, sizeof(sess.cfg.source), "%s", real);
+		free(real);
+	}
+	if (sess.cfg.foreground)
+		return run_mount(&sess, -1);
+	return daemonize_and_run(&sess);
+}
+
+static int cmd_umount(int argc, char **argv)
+{
+	bool lazy = false;
+	int c;
+
+	optind = 1;
+	while ((c = getopt(argc, argv, "lh")) != -1) {
+		if (c == 'l') {
+			lazy = true;
+		} else {
+			fprintf(stderr, "usage: mcfs umount [-l] MOUNTPOINT\n");
+			return c == 'h' ? 0 : EXIT_USAGE;
+		}
+	}
+	if (argc - optind != 1) {
+		fprintf(stderr, "usage: mcfs umount [-l] MOUNTPOINT\n");
+		return EXIT_USAGE;
+	}
+	return fs_umount(argv[optind], lazy) < 0 ? 1 : 0;
+}
+
+int main(int argc, char **argv)
+{
+	const char *cmd = argc > 1 ? argv[1] : "";
+
+	signal(SIGPIPE, SIG_IGN);
+	if (strcmp(cmd, "mount") == 0)
+		return cmd_mount(argc - 1, argv + 1);
+	if (strcmp(cmd, "umount") == 0 || strcmp(cmd, "unmount") == 0)
+		return cmd_umount(argc - 1, argv + 1);
+	if (strcmp(cmd, "help-config") == 0) {
+		printf("mcfs options (-o key=value, or key = value in a config file):\n");
+		cfg_print_keys(stdout);
+		return 0;
+	}
+	if (strcmp(cmd, "--version") == 0 || strcmp(cmd, "version") == 0) {
+		printf("mcfs %s\n", MCFS_VERSION);
+		return 0;
+	}
+	if (strcmp(cmd, "-h") == 0 || strcmp(cmd, "--help") == 0 || strcmp(cmd, "help") == 0) {
+		usage(stdout);
+		return 0;
+	}
+	if (argc >= 3 && cmd[0] != '-')
+		return cmd_mount(argc, argv); /* mount.fuse3's form: mcfs SOURCE MNT -o ... */
+	usage(stderr);
+	return EXIT_USAGE;
+}

@@ -1,0 +1,131 @@
+"""Shared fixtures for the end-to-end tests.
+
+Every mount is made through `mcfs_mount()`, a context manager that starts
+`mcfs mount ... -f` (foreground, so the test owns the process), waits until
+the kernel shows the mount, and on exit - pass or fail - unmounts it and
+stops the daemon. The daemon's log is kept and attached to failures.
+"""
+import contextlib
+import os
+import shutil
+import subprocess
+import tempfile
+import time
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+MCFS = os.environ.get("MCFS_BIN", os.path.join(ROOT, "build", "fs", "mcfs"))
+
+
+def fuse_mounted(path):
+    """True if `path` is a FUSE mount point right now (reads /proc/mounts)."""
+    path = os.path.realpath(path)
+    with open("/proc/mounts") as f:
+        for line in f:
+            fields = line.split()
+            mnt = fields[1].encode().decode("unicode_escape")
+            if mnt == path and fields[2].startswith("fuse"):
+                return True
+    return False
+
+
+def force_unmount(path):
+    for cmd in (["fusermount3", "-u", path], ["umount", path], ["umount", "-l", path]):
+        if not fuse_mounted(path):
+            return
+        subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+class Mount:
+    def __init__(self, proc, path, logpath):
+        self.proc = proc
+        self.path = path
+        self.logpath = logpath
+
+    def p(self, *parts):
+        return os.path.join(self.path, *parts)
+
+    def log(self):
+        with open(self.logpath, errors="replace") as f:
+            return f.read()
+
+    def stats(self):
+        """Counters of the running daemon, from the root's user.mcfs.stats xattr."""
+        raw = os.getxattr(self.path, "user.mcfs.stats").decode()
+        out = {}
+        for line in raw.splitlines():
+            k, v = line.split()
+            out[k] = int(v)
+        return out
+
+
+@contextlib.contextmanager
+def mcfs_mount(source, mountpoint, opts=(), extra_args=(), env=None, timeout=20):
+    """Mounts `source` on `mountpoint` with mcfs in the foreground.
+
+    Yields a Mount. Raises RuntimeError (with the daemon's log) if the mount
+    does not appear within `timeout` seconds.
+    """
+    os.makedirs(mountpoint, exist_ok=True)
+    logfd, logpath = tempfile.mkstemp(prefix="mcfs-log-", suffix=".txt")
+    cmd = [MCFS, "mount", source, mountpoint, "-f"]
+    if opts:
+        cmd += ["-o", ",".join(opts)]
+    cmd += list(extra_args)
+    full_env = dict(os.environ)
+    if env:
+        full_env.update(env)
+    proc = subprocess.Popen(cmd, stdout=logfd, stderr=logfd, env=full_env)
+    os.close(logfd)
+    mnt = None
+    try:
+        deadline = time.time() + timeout
+        while not fuse_mounted(mountpoint):
+            if proc.poll() is not None:
+                raise RuntimeError("mcfs exited with %d before mounting:\n%s"
+                                   % (proc.returncode, open(logpath).read()))
+            if time.time() > deadline:
+                raise RuntimeError("mount did not appear in %ds:\n%s"
+                                   % (timeout, open(logpath).read()))
+            time.sleep(0.02)
+        mnt = Mount(proc, mountpoint, logpath)
+        yield mnt
+    finally:
+        force_unmount(mountpoint)
+        try:
+            proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        if mnt is None or proc.returncode == 0:
+            os.unlink(logpath)
+        else:
+            # keep the log of a daemon that did not exit cleanly, and say where
+            print("mcfs exited %s; log kept at %s" % (proc.returncode, logpath))
+
+
+@pytest.fixture
+def tmp(tmp_path):
+    """A scratch directory with `src/` (the store) and `mnt/` (the mount point)."""
+    (tmp_path / "src").mkdir()
+    (tmp_path / "mnt").mkdir()
+    return tmp_path
+
+
+def run_mcfs(*args, env=None, timeout=60):
+    """Runs the mcfs CLI; returns CompletedProcess with text output."""
+    full_env = dict(os.environ)
+    if env:
+        full_env.update(env)
+    return subprocess.run([MCFS, *args], capture_output=True, text=True, env=full_env,
+                          timeout=timeout)
+
+
+def need_root():
+    if os.geteuid() != 0:
+        pytest.skip("needs root (FUSE mounts with allow_other, drop_caches)")
+
+
+def have(cmd):
+    return shutil.which(cmd) is not None
