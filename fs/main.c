@@ -188,7 +188,6 @@ static int setup(struct fs_session *s)
 			 s->cfg.mountpoint);
 		return -EIO;
 	}
-	fs_mount_set_readahead(s->cfg.mountpoint, s->cfg.read_ahead_kb);
 	s->started_ns = mcfs_now_ns();
 	return 0;
 }
@@ -210,31 +209,36 @@ static int serve(struct fs_session *s)
 	return rc < 0 ? rc : 0;
 }
 
-/* The daemon child: tells the parent through @ready_fd once mounted. */
-static int run_mount(struct fs_session *s, int ready_fd)
-{
-#ifdef MCFS_HAVE_METRICS
-	struct fs_metrics *metrics = NULL;
-#endif
-	char b[32];
-	int rc;
+struct ready_ctx {
+	struct fs_session *s;
+	int ready_fd; /* daemon mode: the parent waits for one byte; -1 in the foreground */
+};
 
-	rc = setup(s);
-#ifdef MCFS_HAVE_METRICS
-	if (rc == 0)
-		rc = fs_metrics_start(s, &metrics);
-#endif
-	if (rc < 0) {
-		if (s->se && fuse_session_fd(s->se) >= 0)
-			fuse_session_unmount(s->se);
-		teardown(s);
-		return 1;
+/*
+ * Runs beside the loop until the mount answers: the kernel applies the INIT
+ * reply's max_readahead to the bdi, so read_ahead_kb can only be raised after
+ * INIT, and "ready" means a stat of the mount point worked.
+ */
+static void *ready_thread(void *arg)
+{
+	struct ready_ctx *r = arg;
+	struct fs_session *s = r->s;
+	struct stat st;
+	char b[32];
+
+	pthread_setname_np(pthread_self(), "mcfs-ready");
+	if (stat(s->cfg.mountpoint, &st) < 0) {
+		MCFS_ERR("the new mount %s does not answer: %s", s->cfg.mountpoint,
+			 strerror(errno));
+		fuse_session_exit(s->se);
+		return NULL;
 	}
+	fs_mount_set_readahead(s->cfg.mountpoint, s->cfg.read_ahead_kb);
 	MCFS_INFO("mounted %s on %s (%s store, block %s, RAM tier %llu slots)", s->cfg.source,
 		  s->cfg.mountpoint, remote_kind(s->remote),
 		  mcfs_fmt_bytes(s->cfg.block_size, b, sizeof(b)),
 		  (unsigned long long)(s->cfg.ram_cache / s->cfg.block_size));
-	if (ready_fd >= 0) {
+	if (r->ready_fd >= 0) {
 		int nul = open("/dev/null", O_RDWR);
 
 		mcfs_log_setup(s->cfg.log_level, true);
@@ -245,11 +249,38 @@ static int run_mount(struct fs_session *s, int ready_fd)
 			if (nul > STDERR_FILENO)
 				close(nul);
 		}
-		if (write(ready_fd, "1", 1) != 1)
+		if (write(r->ready_fd, "1", 1) != 1)
 			MCFS_WARN("could not tell the parent process that the mount is ready");
-		close(ready_fd);
+		close(r->ready_fd);
+	}
+	return NULL;
+}
+
+/* Mounts and serves until unmounted; in daemon mode tells the parent through @ready_fd. */
+static int run_mount(struct fs_session *s, int ready_fd)
+{
+#ifdef MCFS_HAVE_METRICS
+	struct fs_metrics *metrics = NULL;
+#endif
+	struct ready_ctx r = {.s = s, .ready_fd = ready_fd};
+	pthread_t tid;
+	int rc;
+
+	rc = setup(s);
+#ifdef MCFS_HAVE_METRICS
+	if (rc == 0)
+		rc = fs_metrics_start(s, &metrics);
+#endif
+	if (rc == 0)
+		rc = -pthread_create(&tid, NULL, ready_thread, &r);
+	if (rc < 0) {
+		if (s->se && fuse_session_fd(s->se) >= 0)
+			fuse_session_unmount(s->se);
+		teardown(s);
+		return 1;
 	}
 	rc = serve(s);
+	pthread_join(tid, NULL);
 	MCFS_INFO("unmounted %s", s->cfg.mountpoint);
 #ifdef MCFS_HAVE_METRICS
 	fs_metrics_stop(metrics);
