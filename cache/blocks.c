@@ -161,6 +161,7 @@ static void start_loading(struct cache *c, struct cache_block *b, struct cache_f
 	b->len = 0;
 	b->refs = refs;
 	b->prefetched = false;
+	b->warm = false;
 	hash_insert(c, b);
 }
 
@@ -266,6 +267,10 @@ void *cache_fetch_thread(void *arg)
 			b->state = SLOT_ERROR;
 			b->err = rc;
 		}
+		if (b->warm) {
+			b->warm = false;
+			c->warm_jobs--;
+		}
 		pthread_cond_broadcast(&c->loaded);
 		unref(c, b); /* the job's reference */
 	}
@@ -366,6 +371,36 @@ int cache_prefetch(struct cache *c, struct cache_file *f, uint64_t index)
 	start_loading(c, b, f, index, 1); /* the job's */
 	b->prefetched = true;
 	c->prefetch_bytes += c->bs;
+	c->st.prefetches++;
+	enqueue(c, b, false);
+out:
+	pthread_mutex_unlock(&c->lock);
+	return rc;
+}
+
+int cache_warm(struct cache *c, struct cache_file *f, uint64_t index)
+{
+	struct cache_block *b;
+	int rc = 0;
+
+	if (index >= f->nblocks)
+		return -EINVAL;
+	pthread_mutex_lock(&c->lock);
+	if (hash_find(c, f, index))
+		goto out;
+	/* Bounded so that a warm-up of a huge file can't flood the queue ahead of readers. */
+	if (c->warm_jobs >= 2 * c->nthreads) {
+		rc = -EAGAIN;
+		goto out;
+	}
+	b = take_slot(c, true);
+	if (!b) {
+		rc = -EAGAIN;
+		goto out;
+	}
+	start_loading(c, b, f, index, 1); /* the job's */
+	b->warm = true;
+	c->warm_jobs++;
 	c->st.prefetches++;
 	enqueue(c, b, false);
 out:

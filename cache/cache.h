@@ -114,6 +114,15 @@ size_t cache_block_len(const struct cache_block *b);
  */
 MCFS_MUST_CHECK int cache_prefetch(struct cache *c, struct cache_file *f, uint64_t index);
 
+/*
+ * Like cache_prefetch(), for an explicit warm-up (`mcfs prefetch`, the
+ * prefetch ioctl): the block is not readahead, so it does not count against
+ * prefetch_mem and is evictable like any block once loaded. At most
+ * 2 x connections warm-up fetches are queued or running at once; beyond that
+ * (or with no evictable slot) it answers -EAGAIN: call again later.
+ */
+MCFS_MUST_CHECK int cache_warm(struct cache *c, struct cache_file *f, uint64_t index);
+
 /* Drops every unreferenced cached block of @f. Returns the bytes dropped. */
 uint64_t cache_evict_file(struct cache *c, struct cache_file *f);
 

@@ -33,6 +33,7 @@ struct cache_block {
 	unsigned refs;           /* readers + the job; > 0 means never evicted */
 	bool prefetched;         /* fetched by readahead, not read yet: counts in prefetch_bytes */
 	bool queued;             /* on the job queue, not yet taken by a fetch thread */
+	bool warm;               /* a warm-up fetch: counts in cache->warm_jobs while LOADING */
 	struct cache_block *hnext;       /* hash chain */
 	struct cache_block *prev, *next; /* LRU list (READY, refs 0), free list or job queue */
 };
@@ -80,6 +81,7 @@ struct cache {
 	bool stopping;                    /* guarded by lock */
 	unsigned inflight;                /* guarded by lock: fetches running */
 	uint64_t prefetch_bytes;          /* guarded by lock */
+	unsigned warm_jobs;               /* guarded by lock: warm-up fetches queued or running */
 	struct cache_stats st;            /* guarded by lock (counters only) */
 
 	pthread_t *threads;
