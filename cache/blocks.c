@@ -320,8 +320,8 @@ wait:
 	while (b->state == SLOT_LOADING)
 		pthread_cond_wait(&c->loaded, &c->lock);
 	if (b->state == SLOT_ERROR) {
-		/* The fetch thread logged the cause; the reader sees EIO. */
-		rc = b->err == -ENOMEM ? -ENOMEM : -EIO;
+		/* The fetch thread logged the cause. */
+		rc = b->err == -ENOMEM || b->err == -ESTALE ? b->err : -EIO;
 		unref(c, b);
 		b = NULL;
 	} else {

@@ -38,7 +38,7 @@ struct cache_stream;
 #define CACHE_LAT_BUCKETS 12
 #define CACHE_LAT_BOUNDS                                                                           \
 	{0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 1e300}
-/* Readahead window histogram: bucket i counts windows of < 2^i blocks at growth. */
+/* Readahead window histogram: bucket i counts windows of at most 2^i blocks, at growth. */
 #define CACHE_RA_BUCKETS 12
 
 struct cache_stats {
@@ -96,8 +96,9 @@ uint64_t cache_file_cached_bytes(struct cache *c, struct cache_file *f);
 /*
  * Returns a new reference to block @index of @f with its bytes ready; drop
  * with cache_block_put(). Sleeps while the block is fetched (by this call or
- * by another). Returns 0, -EINVAL for an index past EOF, or -EIO when the
- * store failed or the file changed (logged once, with the path and block).
+ * by another). Returns 0, -EINVAL for an index past EOF, -ESTALE when the
+ * file changed in the store since @f was captured, or -EIO when the store
+ * failed (both logged once, with the path and block).
  */
 MCFS_MUST_CHECK int cache_block_get(struct cache *c, struct cache_file *f, uint64_t index,
 				    struct cache_block **out);

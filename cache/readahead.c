@@ -79,6 +79,7 @@ void cache_stream_access(struct cache_stream *s, uint64_t off, size_t len)
 	uint64_t blk = off >> s->c->bs_shift;
 	uint64_t last_blk = (off + (len ? len - 1 : 0)) >> s->c->bs_shift;
 	bool seq, grew = false;
+	unsigned window;
 
 	if (s->max_window == 0)
 		return;
@@ -101,9 +102,10 @@ void cache_stream_access(struct cache_stream *s, uint64_t off, size_t len)
 		s->ra_next = last_blk + 1;
 	if (s->window)
 		fill_window(s, last_blk + 1 + s->window);
+	window = s->window;
 	pthread_mutex_unlock(&s->lock);
 	if (grew)
-		cache_note_window(s->c, s->window);
+		cache_note_window(s->c, window);
 }
 
 unsigned cache_stream_window(const struct cache_stream *s)

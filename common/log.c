@@ -3,31 +3,34 @@
  *
  * Each line is formatted into a local buffer and written with one write(2),
  * so lines from concurrent threads never interleave. The level and the sink
- * are set once at start-up, before threads exist, and read without a lock.
+ * are relaxed atomics: a daemon switches to syslog once its mount is ready,
+ * while its threads already log.
  */
 #define _GNU_SOURCE
 #include "mcfs.h"
 
+#include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
 #include <syslog.h>
 #include <time.h>
 #include <unistd.h>
 
-static int log_level = MCFS_LOG_INFO;
-static bool log_syslog;
+/* Atomics: the daemon switches to syslog after its threads exist. */
+static atomic_int log_level = MCFS_LOG_INFO;
+static atomic_bool log_syslog;
 
 void mcfs_log_setup(int level, bool use_syslog)
 {
-	log_level = level;
-	log_syslog = use_syslog;
 	if (use_syslog)
 		openlog("mcfs", LOG_PID | LOG_NDELAY, LOG_DAEMON);
+	atomic_store_explicit(&log_level, level, memory_order_relaxed);
+	atomic_store_explicit(&log_syslog, use_syslog, memory_order_relaxed);
 }
 
 int mcfs_log_level(void)
 {
-	return log_level;
+	return atomic_load_explicit(&log_level, memory_order_relaxed);
 }
 
 void mcfs_log(int level, const char *fmt, ...)
@@ -38,10 +41,10 @@ void mcfs_log(int level, const char *fmt, ...)
 	va_list ap;
 	int n;
 
-	if (level > log_level || level < 0)
+	if (level > mcfs_log_level() || level < 0)
 		return;
 	va_start(ap, fmt);
-	if (log_syslog) {
+	if (atomic_load_explicit(&log_syslog, memory_order_relaxed)) {
 		vsnprintf(line, sizeof(line), fmt, ap);
 		va_end(ap);
 		syslog(prio[level], "%s", line);

@@ -311,6 +311,19 @@ void fs_inode_forget(struct fs_session *s, fuse_ino_t ino, uint64_t nlookup)
 	pthread_mutex_unlock(&s->inodes->lock);
 }
 
+void fs_inode_invalidate(struct fs_session *s, fuse_ino_t ino)
+{
+	struct fs_node *n;
+
+	pthread_mutex_lock(&s->inodes->lock);
+	n = by_ino(s->inodes, ino);
+	if (n)
+		n->attr_ns = 0;
+	pthread_mutex_unlock(&s->inodes->lock);
+	if (n && s->se)
+		fuse_lowlevel_notify_inval_inode(s->se, ino, -1, 0);
+}
+
 void fs_inode_ref(struct fs_session *s, fuse_ino_t ino)
 {
 	struct fs_node *n;

@@ -72,6 +72,13 @@ MCFS_MUST_CHECK int fs_inode_open(struct fs_session *s, fuse_ino_t ino, struct c
  * without counting as an open. New reference: drop with cache_file_put(). */
 MCFS_MUST_CHECK int fs_inode_file(struct fs_session *s, fuse_ino_t ino, struct cache_file **f);
 
+/*
+ * Forgets what the store said about @ino, so the next getattr or open asks
+ * again (after a read found the file changed). Tells the kernel to drop the
+ * inode's attributes (not its pages: safe from inside a request). Can't fail.
+ */
+void fs_inode_invalidate(struct fs_session *s, fuse_ino_t ino);
+
 /* Symlink target of @ino into buf. Returns 0 or a negative errno. */
 MCFS_MUST_CHECK int fs_inode_readlink(struct fs_session *s, fuse_ino_t ino, char *buf,
 				      size_t len);

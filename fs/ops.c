@@ -171,6 +171,19 @@ static int read_copy(struct fs_session *s, struct cache_file *f, uint64_t off, s
 	return 0;
 }
 
+/*
+ * A failed read answers EIO. If the file changed in the store, its cached
+ * attributes are dropped too, so that a reopen sees the new version.
+ */
+static void read_failed(fuse_req_t req, fuse_ino_t ino, int rc)
+{
+	struct fs_session *s = fs_sess(req); /* req is gone once replied to */
+
+	fuse_reply_err(req, rc == -ESTALE ? EIO : -rc);
+	if (rc == -ESTALE)
+		fs_inode_invalidate(s, ino);
+}
+
 static void fs_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 		    struct fuse_file_info *fi)
 {
@@ -182,7 +195,6 @@ static void fs_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 	char *buf;
 	int rc;
 
-	(void)ino;
 	if (off < 0 || (uint64_t)off >= fsize || size == 0) {
 		fuse_reply_buf(req, NULL, 0);
 		return;
@@ -192,7 +204,7 @@ static void fs_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 	if ((uint64_t)off / bs == ((uint64_t)off + size - 1) / bs) {
 		rc = cache_block_get(s->cache, h->file, (uint64_t)off / bs, &b);
 		if (rc < 0) {
-			fuse_reply_err(req, -rc);
+			read_failed(req, ino, rc);
 			return;
 		}
 		/* Zero copy: the reply is written from the slot while our reference pins it. */
@@ -209,7 +221,7 @@ static void fs_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 	}
 	rc = read_copy(s, h->file, (uint64_t)off, size, buf);
 	if (rc < 0)
-		fuse_reply_err(req, -rc);
+		read_failed(req, ino, rc);
 	else
 		fuse_reply_buf(req, buf, size);
 	free(buf);

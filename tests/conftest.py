@@ -129,3 +129,57 @@ def need_root():
 
 def have(cmd):
     return shutil.which(cmd) is not None
+
+
+# ---- helpers added for the foundation suite (issue 2) -------------------------
+# New functions only: the ones above keep their behaviour.
+
+def daemon_pids(mountpoint):
+    """PIDs of mcfs processes whose command line names `mountpoint`.
+
+    For daemons the test did not start with Popen (daemon mode, mount -t
+    fuse.mcfs); matches the exact argument, so it never picks another test's
+    daemon.
+    """
+    want = os.path.realpath(mountpoint).encode()
+    pids = []
+    for d in os.listdir("/proc"):
+        if not d.isdigit() or int(d) == os.getpid():
+            continue
+        try:
+            with open("/proc/%s/cmdline" % d, "rb") as f:
+                args = f.read().split(b"\0")
+            exe = os.readlink("/proc/%s/exe" % d)
+        except OSError:
+            continue
+        if os.path.basename(exe).startswith("mcfs") and any(
+                os.path.realpath(a) == want for a in args if a.startswith(b"/")):
+            pids.append(int(d))
+    return pids
+
+
+def wait_for(pred, timeout=10.0, step=0.02):
+    """Polls pred() until true or timeout; returns its last value."""
+    deadline = time.time() + timeout
+    while True:
+        v = pred()
+        if v or time.time() > deadline:
+            return v
+        time.sleep(step)
+
+
+def cleanup_daemon(mountpoint):
+    """Unmounts `mountpoint` and stops any mcfs still serving it (SIGTERM, then SIGKILL)."""
+    import signal
+
+    force_unmount(mountpoint)
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        pids = daemon_pids(mountpoint)
+        if not pids:
+            return
+        for pid in pids:
+            try:
+                os.kill(pid, sig)
+            except ProcessLookupError:
+                pass
+        wait_for(lambda: not daemon_pids(mountpoint), timeout=5)

@@ -1,0 +1,357 @@
+/*
+ * metrics.c - Prometheus exporter: GET /metrics in text format 0.0.4.
+ *
+ * Design: libmicrohttpd runs the HTTP side (parsing, keep-alive, timeouts)
+ * on one internal polling thread, bound to the one address of the `metrics`
+ * key, so a scraper on another host sees nothing unless the operator names a
+ * routable address. Each scrape copies the counters (cache_get_stats(),
+ * remote_get_stats()) and renders them into a memory stream that the
+ * response then owns; the exporter keeps no state between scrapes.
+ *
+ * What it refuses to do: serve anything but GET/HEAD /metrics, expose the
+ * source URL (it may carry credentials) or any configuration string.
+ *
+ * Naming follows the Prometheus conventions: counters end in _total, units
+ * are base units (bytes, seconds), and one family per quantity with labels
+ * where a quantity splits (tier, result).
+ */
+#define _GNU_SOURCE
+#include "metrics.h"
+
+#include <errno.h>
+#include <microhttpd.h>
+#include <stdatomic.h>
+#include <netdb.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+
+#include "cache.h"
+#include "fs_int.h"
+#include "remote.h"
+
+#define METRICS_PATH "/metrics"
+#define CONTENT_TYPE "text/plain; version=0.0.4; charset=utf-8"
+/* A scraper or two plus a curl by hand; more is a misconfigured client. */
+#define MAX_CONNECTIONS 16
+/* Seconds an idle keep-alive connection is kept; scrapes are 15 s+ apart. */
+#define CONN_TIMEOUT 10
+
+struct fs_metrics {
+	struct fs_session *s;	/* borrowed; outlives the exporter */
+	struct MHD_Daemon *mhd; /* owns the listening socket and the thread */
+	char addr[128];		/* as configured, for log lines */
+	/* False while MHD_start_daemon() runs: its failures are logged once by
+	 * fs_metrics_start() with the errno, so MHD's own line is debug only. */
+	atomic_bool started;
+};
+
+/* Family header: HELP and TYPE lines. */
+static void head(FILE *fp, const char *name, const char *type, const char *help)
+{
+	fprintf(fp, "# HELP mcfs_%s %s\n# TYPE mcfs_%s %s\n", name, help, name, type);
+}
+
+static void one(FILE *fp, const char *name, const char *type, const char *help, uint64_t v)
+{
+	head(fp, name, type, help);
+	fprintf(fp, "mcfs_%s %llu\n", name, (unsigned long long)v);
+}
+
+/* Counters read without a common lock may be momentarily inconsistent. */
+static uint64_t sub0(uint64_t a, uint64_t b)
+{
+	return a > b ? a - b : 0;
+}
+
+static void render_tiers(FILE *fp, const struct cache_stats *st)
+{
+	head(fp, "cache_hits_total", "counter", "Block gets answered from a cache tier.");
+	fprintf(fp, "mcfs_cache_hits_total{tier=\"ram\"} %llu\n", (unsigned long long)st->hits);
+	head(fp, "cache_misses_total", "counter",
+	     "Block gets that missed a cache tier and started a fetch.");
+	fprintf(fp, "mcfs_cache_misses_total{tier=\"ram\"} %llu\n", (unsigned long long)st->misses);
+	head(fp, "cache_evictions_total", "counter", "Ready blocks dropped for room.");
+	fprintf(fp, "mcfs_cache_evictions_total{tier=\"ram\"} %llu\n",
+		(unsigned long long)st->evictions);
+	head(fp, "cache_capacity_bytes", "gauge", "Size of a cache tier.");
+	fprintf(fp, "mcfs_cache_capacity_bytes{tier=\"ram\"} %llu\n",
+		(unsigned long long)(st->slots * st->block_size));
+	head(fp, "cache_used_bytes", "gauge",
+	     "Bytes of a cache tier holding blocks (whole slots).");
+	fprintf(fp, "mcfs_cache_used_bytes{tier=\"ram\"} %llu\n",
+		(unsigned long long)(st->slots_used * st->block_size));
+	head(fp, "cache_slots", "gauge", "Block slots of a cache tier.");
+	fprintf(fp, "mcfs_cache_slots{tier=\"ram\"} %llu\n", (unsigned long long)st->slots);
+	head(fp, "cache_slots_used", "gauge", "Slots holding a block, loading or ready.");
+	fprintf(fp, "mcfs_cache_slots_used{tier=\"ram\"} %llu\n",
+		(unsigned long long)st->slots_used);
+	one(fp, "cache_block_size_bytes", "gauge", "The unit fetched, cached and evicted.",
+	    st->block_size);
+	one(fp, "cache_waits_total", "counter",
+	    "Block gets that joined a fetch already in flight (single flight).", st->waits);
+}
+
+static void render_fetches(FILE *fp, const struct cache_stats *st)
+{
+	static const double bounds[CACHE_LAT_BUCKETS] = CACHE_LAT_BOUNDS;
+	uint64_t cum = 0;
+	int i;
+
+	head(fp, "fetches_total", "counter", "Block fetches from the store, by result.");
+	fprintf(fp, "mcfs_fetches_total{result=\"ok\"} %llu\n",
+		(unsigned long long)sub0(st->fetches, st->fetch_errors));
+	fprintf(fp, "mcfs_fetches_total{result=\"error\"} %llu\n",
+		(unsigned long long)st->fetch_errors);
+	one(fp, "fetched_bytes_total", "counter", "Bytes of blocks fetched from the store.",
+	    st->fetched_bytes);
+	one(fp, "fetches_inflight", "gauge", "Block fetches running now.", st->inflight);
+	one(fp, "prefetches_total", "counter", "Fetches started by readahead or prefetch.",
+	    st->prefetches);
+	one(fp, "prefetch_unused_total", "counter", "Prefetched blocks evicted before any read.",
+	    st->prefetch_unused);
+	one(fp, "prefetch_bytes", "gauge", "Readahead memory in use (budget: prefetch_mem).",
+	    st->prefetch_bytes);
+
+	head(fp, "fetch_duration_seconds", "histogram",
+	     "Time to fetch one block from the store, done or failed.");
+	for (i = 0; i < CACHE_LAT_BUCKETS; i++) {
+		cum += st->fetch_lat[i];
+		if (i == CACHE_LAT_BUCKETS - 1)
+			fprintf(fp, "mcfs_fetch_duration_seconds_bucket{le=\"+Inf\"} %llu\n",
+				(unsigned long long)cum);
+		else
+			fprintf(fp, "mcfs_fetch_duration_seconds_bucket{le=\"%g\"} %llu\n",
+				bounds[i], (unsigned long long)cum);
+	}
+	fprintf(fp, "mcfs_fetch_duration_seconds_sum %.9f\n", st->fetch_lat_sum);
+	fprintf(fp, "mcfs_fetch_duration_seconds_count %llu\n", (unsigned long long)cum);
+}
+
+/*
+ * Bucket i of ra_window counts windows of at most 2^i blocks (and more than
+ * 2^(i-1)), as cache_note_window() files them; the last bucket takes the rest.
+ * cache_stats has no sum of window sizes, so the family has no _sum line.
+ */
+static void render_readahead(FILE *fp, const struct cache_stats *st)
+{
+	uint64_t cum = 0;
+	int i;
+
+	head(fp, "readahead_window_blocks", "histogram",
+	     "Readahead window sizes, in blocks, as streams grow them.");
+	for (i = 0; i < CACHE_RA_BUCKETS; i++) {
+		cum += st->ra_window[i];
+		if (i == CACHE_RA_BUCKETS - 1)
+			fprintf(fp, "mcfs_readahead_window_blocks_bucket{le=\"+Inf\"} %llu\n",
+				(unsigned long long)cum);
+		else
+			fprintf(fp, "mcfs_readahead_window_blocks_bucket{le=\"%llu\"} %llu\n",
+				1ull << i, (unsigned long long)cum);
+	}
+	fprintf(fp, "mcfs_readahead_window_blocks_count %llu\n", (unsigned long long)cum);
+}
+
+static void render_store(FILE *fp, const struct remote *r)
+{
+	struct remote_stats rs;
+
+	remote_get_stats(r, &rs);
+	head(fp, "store_requests_total", "counter",
+	     "Store operations (stat, list, readlink, read), by final result after retries; "
+	     "\"not found\" counts as ok.");
+	fprintf(fp, "mcfs_store_requests_total{result=\"ok\"} %llu\n",
+		(unsigned long long)sub0(rs.requests, rs.errors));
+	fprintf(fp, "mcfs_store_requests_total{result=\"error\"} %llu\n",
+		(unsigned long long)rs.errors);
+	one(fp, "store_read_requests_total", "counter", "Ranged reads issued to the store.",
+	    rs.read_requests);
+	one(fp, "store_read_bytes_total", "counter", "Bytes received by reads from the store.",
+	    rs.read_bytes);
+	one(fp, "store_retries_total", "counter", "Store attempts retried after an error.",
+	    rs.retries);
+}
+
+static void render_process(FILE *fp, const struct fs_session *s)
+{
+	head(fp, "build_info", "gauge", "Version and store kind of this daemon; always 1.");
+	fprintf(fp, "mcfs_build_info{version=\"%s\",store=\"%s\"} 1\n", MCFS_VERSION,
+		s->remote ? remote_kind(s->remote) : "none");
+	head(fp, "uptime_seconds", "gauge", "Seconds since the file system was mounted.");
+	fprintf(fp, "mcfs_uptime_seconds %.3f\n", (double)(mcfs_now_ns() - s->started_ns) / 1e9);
+}
+
+/* Renders the whole exposition. Returns 0 with *buf (caller frees) or -ENOMEM. */
+static int render(const struct fs_session *s, char **buf, size_t *len)
+{
+	struct cache_stats st;
+	FILE *fp;
+
+	fp = open_memstream(buf, len);
+	if (!fp)
+		return -ENOMEM;
+	render_process(fp, s);
+	if (s->cache) {
+		cache_get_stats(s->cache, &st);
+		render_tiers(fp, &st);
+		render_fetches(fp, &st);
+		render_readahead(fp, &st);
+	}
+	if (s->remote)
+		render_store(fp, s->remote);
+	if (ferror(fp)) {
+		fclose(fp);
+		free(*buf);
+		return -ENOMEM;
+	}
+	if (fclose(fp) != 0) {
+		free(*buf);
+		return -ENOMEM;
+	}
+	return 0;
+}
+
+static enum MHD_Result reply_text(struct MHD_Connection *conn, unsigned code, const char *text)
+{
+	struct MHD_Response *resp;
+	enum MHD_Result ret;
+
+	resp = MHD_create_response_from_buffer(strlen(text), (void *)text, MHD_RESPMEM_PERSISTENT);
+	if (!resp)
+		return MHD_NO;
+	MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "text/plain; charset=utf-8");
+	ret = MHD_queue_response(conn, code, resp);
+	MHD_destroy_response(resp);
+	return ret;
+}
+
+static enum MHD_Result handle(void *cls, struct MHD_Connection *conn, const char *url,
+			      const char *method, const char *version, const char *upload_data,
+			      size_t *upload_data_size, void **req_cls)
+{
+	struct fs_metrics *m = cls;
+	struct MHD_Response *resp;
+	enum MHD_Result ret;
+	char *buf = NULL;
+	size_t len = 0;
+
+	(void)version;
+	(void)upload_data;
+	(void)upload_data_size;
+	(void)req_cls;
+	if (strcmp(method, MHD_HTTP_METHOD_GET) != 0 && strcmp(method, MHD_HTTP_METHOD_HEAD) != 0)
+		return reply_text(conn, MHD_HTTP_METHOD_NOT_ALLOWED, "only GET /metrics\n");
+	if (strcmp(url, METRICS_PATH) != 0)
+		return reply_text(conn, MHD_HTTP_NOT_FOUND, "mcfs serves " METRICS_PATH "\n");
+	if (render(m->s, &buf, &len) < 0)
+		return reply_text(conn, MHD_HTTP_INTERNAL_SERVER_ERROR, "out of memory\n");
+	/* MHD frees buf with free() when the response is destroyed. */
+	resp = MHD_create_response_from_buffer(len, buf, MHD_RESPMEM_MUST_FREE);
+	if (!resp) {
+		free(buf);
+		return MHD_NO;
+	}
+	MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, CONTENT_TYPE);
+	ret = MHD_queue_response(conn, MHD_HTTP_OK, resp);
+	MHD_destroy_response(resp);
+	return ret;
+}
+
+/* libmicrohttpd's own messages (bind failures among them) go to our log. */
+static void mhd_log(void *cls, const char *fmt, va_list ap)
+{
+	struct fs_metrics *m = cls;
+	char line[512];
+	size_t n;
+
+	vsnprintf(line, sizeof(line), fmt, ap);
+	n = strlen(line);
+	while (n > 0 && (line[n - 1] == '\n' || line[n - 1] == '\r'))
+		line[--n] = '\0';
+	if (atomic_load(&m->started))
+		MCFS_WARN("metrics %s: %s", m->addr, line);
+	else
+		MCFS_DEBUG("metrics %s: %s", m->addr, line);
+}
+
+/*
+ * Splits "host:port" or "[v6addr]:port" and resolves it to one numeric
+ * address (no DNS beyond /etc/hosts-style names such as localhost is
+ * expected). Returns 0 with *res (free with freeaddrinfo) or -EINVAL.
+ */
+static int resolve(const char *addr, struct addrinfo **res)
+{
+	struct addrinfo hints = {.ai_socktype = SOCK_STREAM, .ai_flags = AI_NUMERICSERV};
+	char host[128];
+	const char *colon = strrchr(addr, ':');
+	size_t hlen;
+	int rc;
+
+	if (!colon || colon == addr || (size_t)(colon - addr) >= sizeof(host))
+		return -EINVAL;
+	hlen = (size_t)(colon - addr);
+	memcpy(host, addr, hlen);
+	host[hlen] = '\0';
+	if (host[0] == '[' && hlen >= 2 && host[hlen - 1] == ']') {
+		memmove(host, host + 1, hlen - 2);
+		host[hlen - 2] = '\0';
+	}
+	rc = getaddrinfo(host, colon + 1, &hints, res);
+	if (rc != 0) {
+		MCFS_ERR("metrics: cannot resolve '%s': %s", host, gai_strerror(rc));
+		return -EINVAL;
+	}
+	return 0;
+}
+
+int fs_metrics_start(struct fs_session *s, struct fs_metrics **out)
+{
+	unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_AUTO | MHD_USE_ERROR_LOG;
+	struct addrinfo *ai;
+	struct fs_metrics *m;
+	int rc;
+
+	if (s->cfg.metrics[0] == '\0') {
+		*out = NULL;
+		return 0;
+	}
+	m = calloc(1, sizeof(*m));
+	if (!m)
+		return -ENOMEM;
+	m->s = s;
+	snprintf(m->addr, sizeof(m->addr), "%s", s->cfg.metrics);
+	rc = resolve(m->addr, &ai);
+	if (rc < 0) {
+		free(m);
+		return rc;
+	}
+	if (ai->ai_family == AF_INET6)
+		flags |= MHD_USE_IPv6;
+	errno = 0;
+	m->mhd =
+	    MHD_start_daemon(flags, 0, NULL, NULL, handle, m, MHD_OPTION_EXTERNAL_LOGGER, mhd_log,
+			     m, MHD_OPTION_SOCK_ADDR, ai->ai_addr, MHD_OPTION_CONNECTION_LIMIT,
+			     (unsigned)MAX_CONNECTIONS, MHD_OPTION_CONNECTION_TIMEOUT,
+			     (unsigned)CONN_TIMEOUT, MHD_OPTION_END);
+	/* libmicrohttpd leaves the failing call's errno (bind's, listen's) in errno. */
+	rc = errno ? -errno : -EADDRNOTAVAIL;
+	freeaddrinfo(ai);
+	if (!m->mhd) {
+		MCFS_ERR("metrics: cannot serve on %s: %s", m->addr, strerror(-rc));
+		free(m);
+		return rc;
+	}
+	atomic_store(&m->started, true);
+	MCFS_INFO("metrics: serving Prometheus text on http://%s%s", m->addr, METRICS_PATH);
+	*out = m;
+	return 0;
+}
+
+void fs_metrics_stop(struct fs_metrics *m)
+{
+	if (!m)
+		return;
+	MHD_stop_daemon(m->mhd);
+	free(m);
+}

@@ -1,0 +1,71 @@
+#!/usr/bin/env bash
+# Sequential read of a 2 GiB file: `dd bs=1M` through mcfs (posix store) beside
+# dd of the same file read directly, all in one run, median of RUNS runs.
+# Follows ../shared/notes/benchmarking.md: RAM pretouched before each timed
+# run, caches dropped where a run must be cold, medians, one table.
+#   tests/bench/bench_seq.sh [SIZE_MiB=2048] [RUNS=5]
+# Needs root (drop_caches, FUSE). Prints a markdown table.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+MCFS=${MCFS_BIN:-$PWD/build/fs/mcfs}
+size=${1:-2048}
+runs=${2:-5}
+work=$(mktemp -d /var/tmp/mcfs-bench.XXXXXX)
+mnt=$work/mnt
+mkdir -p "$work/src" "$mnt"
+cleanup() {
+	mountpoint -q "$mnt" && "$MCFS" umount "$mnt" || true
+	rm -rf "$work"
+}
+trap cleanup EXIT
+
+f=$work/src/model.bin
+dd if=/dev/urandom of="$f" bs=1M count="$size" status=none
+sync
+
+pretouch() { dd if=/dev/zero of=/dev/shm/mcfs-pretouch bs=1M count=3072 status=none; rm -f /dev/shm/mcfs-pretouch; }
+drop() { sync; echo 3 > /proc/sys/vm/drop_caches; }
+# MB/s of one dd, from dd's own byte count and time
+ddrate() { dd if="$1" of=/dev/null bs=1M "${@:2}" 2>&1 | awk '/copied/ { for (i = 1; i <= NF; i++) if ($i == "s,") t = $(i-1); printf "%.0f\n", $1 / t / 1e6 }'; }
+median() { sort -n | awk '{ a[NR] = $1 } END { print a[int((NR + 1) / 2)] }'; }
+
+declare -A r
+for i in $(seq "$runs"); do
+	drop; pretouch
+	r[direct_cold]+="$(ddrate "$f") "
+	pretouch
+	r[direct_warm]+="$(ddrate "$f") "
+
+	# first read through a fresh mount, store file cold on disk
+	drop; pretouch
+	"$MCFS" mount "$work/src" "$mnt"
+	r[mcfs_first_cold]+="$(ddrate "$mnt/model.bin") "
+	"$MCFS" umount "$mnt"
+
+	# first read through a fresh mount, store file in page cache (FUSE + cache path only)
+	cat "$f" > /dev/null; pretouch
+	"$MCFS" mount "$work/src" "$mnt"
+	r[mcfs_first_warm]+="$(ddrate "$mnt/model.bin") "
+	pretouch
+	r[mcfs_reread]+="$(ddrate "$mnt/model.bin") "
+	# page cache dropped: served by the RAM tier through FUSE
+	drop; pretouch
+	r[mcfs_ramtier]+="$(ddrate "$mnt/model.bin") "
+	"$MCFS" umount "$mnt"
+done
+
+m() { echo "${r[$1]}" | tr ' ' '\n' | grep . | median; }
+dc=$(m direct_cold); dw=$(m direct_warm)
+echo
+echo "Sequential dd bs=1M of a ${size} MiB file, median of $runs runs, MB/s ($(nproc) CPUs, $(uname -r))"
+echo
+echo "| path | MB/s | vs direct (same cache state) |"
+echo "|---|---|---|"
+printf "| direct read, disk cold | %s | 1.00 |\n" "$dc"
+printf "| direct read, page cache | %s | 1.00 |\n" "$dw"
+printf "| mcfs first read, store file cold on disk | %s | %.2f |\n" "$(m mcfs_first_cold)" "$(echo "$(m mcfs_first_cold) / $dc" | bc -l)"
+printf "| mcfs first read, store file in page cache | %s | %.2f |\n" "$(m mcfs_first_warm)" "$(echo "$(m mcfs_first_warm) / $dw" | bc -l)"
+printf "| mcfs re-read (kernel page cache, keep_cache) | %s | %.2f |\n" "$(m mcfs_reread)" "$(echo "$(m mcfs_reread) / $dw" | bc -l)"
+printf "| mcfs re-read from the RAM tier (page cache dropped) | %s | %.2f |\n" "$(m mcfs_ramtier)" "$(echo "$(m mcfs_ramtier) / $dw" | bc -l)"
+echo
+echo "raw runs: $(for k in "${!r[@]}"; do printf '%s=[%s] ' "$k" "${r[$k]% }"; done)"

@@ -1,0 +1,235 @@
+"""Deployment files (issue 7): the systemd unit, the Kubernetes manifests and
+the example config are checked with the tools that would reject them in
+production: `systemd-analyze verify`, the Kubernetes API schemas
+(kubernetes-validate, offline) and the daemon's own config parser.
+"""
+import os
+import re
+import shutil
+import socket
+import subprocess
+import urllib.request
+
+import pytest
+
+from conftest import MCFS, ROOT, mcfs_mount, need_root
+
+yaml = pytest.importorskip("yaml", reason="PyYAML (pip) parses the manifests")
+
+DEPLOY = os.path.join(ROOT, "deploy")
+UNIT = os.path.join(DEPLOY, "mcfs.service")
+CONF = os.path.join(DEPLOY, "mcfs.conf.example")
+DAEMONSET = os.path.join(DEPLOY, "k8s", "daemonset.yaml")
+POD = os.path.join(DEPLOY, "k8s", "example-pod.yaml")
+INSTALLED_BIN = "/usr/local/bin/mcfs"
+
+
+# ---- systemd ---------------------------------------------------------------
+
+def test_unit_verifies(tmp_path):
+    """`systemd-analyze verify` accepts the unit with no warning at all.
+
+    verify needs the ExecStart binary to exist: the unit is rendered with the
+    built binary's path in place of /usr/local/bin/mcfs.
+    """
+    if not shutil.which("systemd-analyze"):
+        pytest.skip("systemd-analyze not installed (deploy/install-deps.sh test)")
+    if not os.access(MCFS, os.X_OK):
+        pytest.skip("mcfs not built at %s" % MCFS)
+    with open(UNIT) as f:
+        text = f.read()
+    assert INSTALLED_BIN in text
+    unit = tmp_path / "mcfs.service"
+    unit.write_text(text.replace(INSTALLED_BIN, os.path.abspath(MCFS)))
+    r = subprocess.run(["systemd-analyze", "verify", str(unit)], capture_output=True, text=True)
+    out = (r.stdout + r.stderr).strip()
+    assert r.returncode == 0, out
+    # unknown keys and bad values are only warnings for verify: allow none
+    assert out == "", out
+
+
+def unit_settings():
+    sections, cur = {}, None
+    with open(UNIT) as f:
+        for line in f:
+            line = line.strip()
+            if not line or line.startswith(("#", ";")):
+                continue
+            m = re.match(r"^\[(\w+)\]$", line)
+            if m:
+                cur = sections.setdefault(m.group(1), {})
+                continue
+            k, v = line.split("=", 1)
+            cur.setdefault(k, []).append(v)
+    return sections
+
+
+def test_unit_contract():
+    s = unit_settings()
+    svc = s["Service"]
+    assert svc["Type"] == ["forking"]          # mount errors reach systemctl start
+    assert svc["Restart"] == ["on-failure"]
+    assert svc["CacheDirectory"] == ["mcfs"]
+    assert "network-online.target" in " ".join(s["Unit"]["After"])
+    start = svc["ExecStart"][0]
+    assert start.startswith(INSTALLED_BIN + " mount ") and "-c /etc/mcfs/mcfs.conf" in start
+    assert " -f" not in start                   # forking: the daemon daemonises itself
+    assert svc["ExecStop"][0].startswith(INSTALLED_BIN + " umount ")
+    # a restart first clears the dead mount of a crashed daemon, ignoring failure
+    assert any(p.startswith("-" + INSTALLED_BIN + " umount ") for p in svc["ExecStartPre"])
+    # a private mount namespace would hide the mount from the host
+    for key in ("PrivateTmp", "ProtectSystem", "ProtectHome", "PrivateDevices",
+                "ReadOnlyPaths", "ReadWritePaths", "InaccessiblePaths", "TemporaryFileSystem",
+                "BindPaths", "PrivateMounts", "MountFlags"):
+        assert key not in svc, key
+    assert s["Install"]["WantedBy"] == ["multi-user.target"]
+
+
+# ---- Kubernetes ------------------------------------------------------------
+
+def load_all(path):
+    with open(path) as f:
+        return [d for d in yaml.safe_load_all(f) if d]
+
+
+@pytest.mark.parametrize("path", [DAEMONSET, POD])
+def test_manifest_schema(path):
+    """Every object validates against the Kubernetes API schema, strictly."""
+    kv = pytest.importorskip("kubernetes_validate",
+                             reason="kubernetes-validate (pip) ships the API schemas")
+    docs = load_all(path)
+    assert docs
+    version = kv.latest_version()
+    for doc in docs:
+        # raises ValidationError with the offending field path
+        kv.validate(doc, version, strict=True)
+
+
+def container(docs, kind):
+    obj = [d for d in docs if d["kind"] == kind]
+    assert len(obj) == 1
+    spec = obj[0]["spec"]
+    if kind == "DaemonSet":
+        spec = spec["template"]["spec"]
+    return obj[0], spec, spec["containers"][0]
+
+
+def test_daemonset_contract():
+    docs = load_all(DAEMONSET)
+    ds, spec, c = container(docs, "DaemonSet")
+    assert c["securityContext"]["privileged"] is True
+    assert spec["nodeSelector"].get("nvidia.com/gpu.present") == "true"
+    vols = {v["name"]: v for v in spec["volumes"]}
+    mounts = {m["mountPath"]: m for m in c["volumeMounts"]}
+    models = mounts["/mnt/models"]
+    assert models["mountPropagation"] == "Bidirectional"
+    assert vols[models["name"]]["hostPath"]["path"] == "/mnt/models"
+    fuse = mounts["/dev/fuse"]
+    assert vols[fuse["name"]]["hostPath"] == {"path": "/dev/fuse", "type": "CharDevice"}
+    cache = mounts["/var/cache/mcfs"]
+    assert "hostPath" in vols[cache["name"]]
+    conf = mounts["/etc/mcfs"]
+    cm_name = vols[conf["name"]]["configMap"]["name"]
+    assert c["lifecycle"]["preStop"]["exec"]["command"][-2:] == ["umount", "/mnt/models"]
+    script = " ".join(c.get("command", []) + c.get("args", []))
+    assert "mcfs mount" in script and " -f " in script and "/etc/mcfs/mcfs.conf" in script
+    # the ConfigMap the pod mounts exists and is a config mcfs accepts (checked below)
+    cms = [d for d in docs if d["kind"] == "ConfigMap" and d["metadata"]["name"] == cm_name]
+    assert len(cms) == 1 and "mcfs.conf" in cms[0]["data"]
+    assert re.search(r"^allow_other\s*=\s*true$", cms[0]["data"]["mcfs.conf"], re.M)
+
+
+def test_example_pod_contract():
+    docs = load_all(POD)
+    pod, spec, c = container(docs, "Pod")
+    vols = {v["name"]: v for v in spec["volumes"]}
+    m = [m for m in c["volumeMounts"] if m["mountPath"] == "/mnt/models"][0]
+    assert m["mountPropagation"] == "HostToContainer"
+    assert m.get("readOnly") is True
+    assert vols[m["name"]]["hostPath"]["path"] == "/mnt/models"
+    assert spec["nodeSelector"].get("nvidia.com/gpu.present") == "true"
+    script = "\n".join(c.get("args", []))
+    compile(script, "example-pod", "exec")     # the embedded loader is valid Python
+    assert "mcfs.load_file" in script and "safetensors" in script
+
+
+# ---- example config ----------------------------------------------------------
+
+def cfg_keys():
+    """Every key of config/cfg.c's table: the source of truth."""
+    with open(os.path.join(ROOT, "config", "cfg.c")) as f:
+        keys = re.findall(r'^\s*\{"(\w+)", KEY_\w+,', f.read(), re.M)
+    assert len(keys) > 20
+    return keys
+
+
+def conf_keys(path):
+    with open(path) as f:
+        return re.findall(r"^(\w+)\s*=", f.read(), re.M)
+
+
+def test_example_config_documents_every_key():
+    keys, have = cfg_keys(), conf_keys(CONF)
+    assert sorted(set(keys) - set(have)) == [], "undocumented keys"
+    assert sorted(set(have) - set(keys)) == [], "keys mcfs does not know"
+    assert len(have) == len(set(have)), "a key is set twice"
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def render_conf(tmp_path, text, port):
+    """The example with machine-local values: a scratch cache_dir and a free port."""
+    text = re.sub(r"^cache_dir\s*=.*$", "cache_dir = %s" % (tmp_path / "cache"), text,
+                  flags=re.M)
+    text = re.sub(r"^metrics\s*=.*$", "metrics = 127.0.0.1:%d" % port, text, flags=re.M)
+    (tmp_path / "cache").mkdir(exist_ok=True)
+    conf = tmp_path / "mcfs.conf"
+    conf.write_text(text)
+    return conf
+
+
+def scrape(port):
+    with urllib.request.urlopen("http://127.0.0.1:%d/metrics" % port, timeout=10) as r:
+        return r.read().decode()
+
+
+def gauge(text, name):
+    m = re.search(r"^%s(\{[^}]*\})? (\S+)$" % re.escape(name), text, re.M)
+    assert m, "%s missing:\n%s" % (name, text)
+    return float(m.group(2))
+
+
+@pytest.mark.parametrize("which", ["example", "configmap"])
+def test_config_accepted_by_daemon(tmp, which):
+    """The daemon mounts with the example config (and the DaemonSet's), every key parsed,
+    and values from the file take effect (seen through the metrics port the file sets)."""
+    need_root()
+    (tmp / "src" / "a.txt").write_bytes(b"hello")
+    if which == "example":
+        with open(CONF) as f:
+            text = f.read()
+        # one value changed from its default, to see that the file is applied
+        text = re.sub(r"^block_size\s*=.*$", "block_size = 4M", text, flags=re.M)
+        text = re.sub(r"^ram_cache\s*=.*$", "ram_cache = 96M", text, flags=re.M)
+        want_bs, want_ram = 4 << 20, 96 << 20
+    else:
+        cms = [d for d in load_all(DAEMONSET) if d["kind"] == "ConfigMap"]
+        text = cms[0]["data"]["mcfs.conf"]
+        text = re.sub(r"^ram_cache\s*=.*$", "ram_cache = 64M", text, flags=re.M)
+        want_bs, want_ram = 8 << 20, 64 << 20
+    port = free_port()
+    conf = render_conf(tmp, text, port)
+    with mcfs_mount(str(tmp / "src"), str(tmp / "mnt"), extra_args=["-c", str(conf)]) as m:
+        with open(m.p("a.txt"), "rb") as f:
+            assert f.read() == b"hello"
+        text = scrape(port)
+        assert gauge(text, "mcfs_cache_block_size_bytes") == want_bs
+        assert gauge(text, "mcfs_cache_capacity_bytes") == want_ram
+        # allow_other = true took effect: the kernel shows it among the mount's options
+        with open("/proc/mounts") as f:
+            opts = [ln.split()[3] for ln in f if ln.split()[1] == str(tmp / "mnt")]
+        assert opts and "allow_other" in opts[0], opts

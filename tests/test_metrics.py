@@ -1,0 +1,273 @@
+"""Prometheus metrics (issue 7): a real mount with `-o metrics=127.0.0.1:PORT`,
+real reads, and scrapes of GET /metrics whose counters must move with them.
+
+The exposition is parsed with prometheus_client's own parser, so a malformed
+line fails the test rather than a scraper in production.
+"""
+import mmap
+import os
+import socket
+import urllib.error
+import urllib.request
+
+import pytest
+
+from conftest import force_unmount, mcfs_mount, need_root, run_mcfs
+
+prom_parser = pytest.importorskip("prometheus_client.parser",
+                                  reason="prometheus-client (pip) parses the exposition")
+
+MiB = 1 << 20
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def scrape(port, path="/metrics"):
+    with urllib.request.urlopen("http://127.0.0.1:%d%s" % (port, path), timeout=10) as r:
+        assert r.status == 200
+        ctype = r.headers["Content-Type"]
+        text = r.read().decode()
+    assert ctype.startswith("text/plain") and "version=0.0.4" in ctype, ctype
+    return text
+
+
+class Metrics:
+    """One scrape: samples by (name, frozenset(labels)) and the families' types."""
+
+    def __init__(self, text):
+        self.text = text
+        self.samples = {}
+        self.types = {}
+        for fam in prom_parser.text_string_to_metric_families(text):
+            self.types[fam.name] = fam.type
+            for s in fam.samples:
+                self.samples[(s.name, frozenset(s.labels.items()))] = s.value
+
+    def get(self, name, **labels):
+        key = (name, frozenset(labels.items()))
+        assert key in self.samples, "no sample %s%s in:\n%s" % (name, labels, self.text)
+        return self.samples[key]
+
+    def buckets(self, name):
+        out = []
+        for (n, labels), v in self.samples.items():
+            if n == name + "_bucket":
+                le = dict(labels)["le"]
+                out.append((float("inf") if le == "+Inf" else float(le), v))
+        return sorted(out)
+
+
+def write_file(path, size, seed=1):
+    rnd = bytes((i * 131 + seed) & 0xFF for i in range(MiB))
+    with open(path, "wb") as f:
+        left = size
+        while left:
+            n = min(left, len(rnd))
+            f.write(rnd[:n])
+            left -= n
+
+
+def read_direct(path):
+    """Reads the whole file with O_DIRECT (aligned buffer), bypassing the page cache."""
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECT)
+    buf = mmap.mmap(-1, MiB)
+    total = 0
+    try:
+        while True:
+            n = os.readv(fd, [buf])
+            if n <= 0:
+                break
+            total += n
+    finally:
+        os.close(fd)
+        buf.close()
+    return total
+
+
+def drop_caches():
+    with open("/proc/sys/vm/drop_caches", "w") as f:
+        f.write("3\n")
+
+
+def check_histogram(m, name):
+    """Buckets are cumulative, end in +Inf, and +Inf equals _count."""
+    b = m.buckets(name)
+    assert b and b[-1][0] == float("inf"), b
+    counts = [v for _, v in b]
+    assert counts == sorted(counts), "buckets not cumulative: %s" % b
+    assert m.get(name + "_count") == counts[-1]
+    return counts[-1]
+
+
+def test_cold_then_warm_read(tmp):
+    """Cold read: misses, fetches and bytes follow the file; re-read: hits, no fetch."""
+    need_root()
+    size = 3 * 8 * MiB + 12345          # 4 blocks of 8 MiB, the last one short
+    nblocks = 4
+    write_file(tmp / "src" / "model.bin", size)
+    port = free_port()
+    opts = ["metrics=127.0.0.1:%d" % port, "readahead_max=0", "ram_cache=256M"]
+    with mcfs_mount(str(tmp / "src"), str(tmp / "mnt"), opts=opts) as m:
+        before = Metrics(scrape(port))
+        info = [(dict(k[1]), v) for k, v in before.samples.items() if k[0] == "mcfs_build_info"]
+        assert len(info) == 1 and info[0][1] == 1, before.text
+        assert info[0][0]["store"] == "posix" and info[0][0]["version"]
+        assert before.get("mcfs_cache_block_size_bytes") == 8 * MiB
+        assert before.get("mcfs_cache_capacity_bytes", tier="ram") == 256 * MiB
+        assert before.get("mcfs_uptime_seconds") >= 0
+        assert before.types["mcfs_fetch_duration_seconds"] == "histogram"
+        assert before.types["mcfs_cache_hits"] == "counter"
+
+        with open(m.p("model.bin"), "rb") as f:
+            data = f.read(8 * MiB)
+            # scraped in the middle of the read, with the file open
+            mid = Metrics(scrape(port))
+            assert mid.get("mcfs_fetched_bytes_total") >= 8 * MiB, mid.text
+            assert mid.get("mcfs_fetches_total", result="ok") >= 1
+            assert check_histogram(mid, "mcfs_fetch_duration_seconds") == \
+                mid.get("mcfs_fetches_total", result="ok")
+            data += f.read()
+        assert len(data) == size
+
+        cold = Metrics(scrape(port))
+        fetched = cold.get("mcfs_fetched_bytes_total") - before.get("mcfs_fetched_bytes_total")
+        assert fetched >= size, cold.text
+        ok = cold.get("mcfs_fetches_total", result="ok")
+        err = cold.get("mcfs_fetches_total", result="error")
+        assert err == 0
+        assert ok - before.get("mcfs_fetches_total", result="ok") >= nblocks
+        # readahead is off: each block is fetched once, on a miss
+        assert cold.get("mcfs_cache_misses_total", tier="ram") >= nblocks
+        assert ok == nblocks, "readahead_max=0, yet %d fetches for %d blocks" % (ok, nblocks)
+        assert check_histogram(cold, "mcfs_fetch_duration_seconds") == ok + err
+        assert cold.get("mcfs_fetch_duration_seconds_sum") > 0
+        assert cold.get("mcfs_store_read_bytes_total") >= size
+        assert cold.get("mcfs_store_read_requests_total") >= nblocks
+        assert cold.get("mcfs_store_requests_total", result="ok") >= nblocks
+        assert cold.get("mcfs_store_requests_total", result="error") == 0
+        assert cold.get("mcfs_cache_slots_used", tier="ram") >= nblocks
+        assert cold.get("mcfs_cache_used_bytes", tier="ram") >= nblocks * 8 * MiB
+        assert cold.get("mcfs_fetches_inflight") == 0
+
+        # Re-read around the page cache: every block is now a RAM-tier hit.
+        try:
+            got = read_direct(m.p("model.bin"))
+        except OSError:
+            drop_caches()
+            with open(m.p("model.bin"), "rb") as f:
+                got = len(f.read())
+        assert got == size
+        warm = Metrics(scrape(port))
+        hits = warm.get("mcfs_cache_hits_total", tier="ram") - \
+            cold.get("mcfs_cache_hits_total", tier="ram")
+        assert hits >= nblocks, warm.text
+        assert warm.get("mcfs_fetches_total", result="ok") == ok, "re-read fetched again"
+        assert warm.get("mcfs_fetched_bytes_total") == cold.get("mcfs_fetched_bytes_total")
+        assert check_histogram(warm, "mcfs_fetch_duration_seconds") == ok
+
+
+def test_readahead_window_histogram(tmp):
+    """A sequential read grows the window: prefetches happen and windows are recorded."""
+    need_root()
+    size = 48 * MiB
+    write_file(tmp / "src" / "seq.bin", size)
+    port = free_port()
+    opts = ["metrics=127.0.0.1:%d" % port, "block_size=1M", "ram_cache=128M",
+            "readahead_max=16M"]
+    with mcfs_mount(str(tmp / "src"), str(tmp / "mnt"), opts=opts) as m:
+        with open(m.p("seq.bin"), "rb") as f:
+            while f.read(MiB):
+                pass
+        after = Metrics(scrape(port))
+        assert after.types["mcfs_readahead_window_blocks"] == "histogram"
+        windows = check_histogram(after, "mcfs_readahead_window_blocks")
+        assert windows >= 2, after.text
+        assert after.get("mcfs_prefetches_total") > 0
+        # windows grew beyond one block: some sample sits above the le="1" bucket
+        b = dict(after.buckets("mcfs_readahead_window_blocks"))
+        assert b[float("inf")] > b[1.0], b
+        ok = after.get("mcfs_fetches_total", result="ok")
+        assert ok >= 48
+        assert check_histogram(after, "mcfs_fetch_duration_seconds") == \
+            ok + after.get("mcfs_fetches_total", result="error")
+        assert after.get("mcfs_fetched_bytes_total") >= size
+
+
+def test_store_errors_counted(tmp):
+    """A failing store read (posix fault hook) shows up as an error or a retry."""
+    need_root()
+    size = 2 * 8 * MiB
+    write_file(tmp / "src" / "f.bin", size)
+    port = free_port()
+    opts = ["metrics=127.0.0.1:%d" % port, "readahead_max=0"]
+    with mcfs_mount(str(tmp / "src"), str(tmp / "mnt"), opts=opts,
+                    env={"MCFS_POSIX_FAULT": "fail:1"}) as m:
+        try:
+            with open(m.p("f.bin"), "rb") as f:
+                f.read()
+        except OSError:
+            pass                        # EIO is a fine answer when retries are spent
+        after = Metrics(scrape(port))
+        errors = after.get("mcfs_store_requests_total", result="error")
+        retries = after.get("mcfs_store_retries_total")
+        assert errors + retries >= 1, after.text
+        fetches = after.get("mcfs_fetches_total", result="ok") + \
+            after.get("mcfs_fetches_total", result="error")
+        assert check_histogram(after, "mcfs_fetch_duration_seconds") == fetches
+
+
+def test_only_metrics_path_and_only_configured_address(tmp):
+    need_root()
+    (tmp / "src" / "a").write_bytes(b"x")
+    port = free_port()
+    with mcfs_mount(str(tmp / "src"), str(tmp / "mnt"),
+                    opts=["metrics=127.0.0.1:%d" % port]):
+        with pytest.raises(urllib.error.HTTPError) as e:
+            scrape(port, "/")
+        assert e.value.code == 404
+        # the listening socket is bound to 127.0.0.1, not to every address
+        want = "0100007F:%04X" % port
+        with open("/proc/net/tcp") as f:
+            rows = [ln.split() for ln in f.readlines()[1:]]
+        listening = [r[1] for r in rows if r[3] == "0A" and r[1].endswith(":%04X" % port)]
+        assert listening == [want], listening
+
+
+def test_metrics_off_by_default(tmp):
+    """Without the key no port is opened: the daemon has no listening TCP socket."""
+    need_root()
+    (tmp / "src" / "a").write_bytes(b"x")
+    with mcfs_mount(str(tmp / "src"), str(tmp / "mnt")) as m:
+        inodes = set()
+        for fd in os.listdir("/proc/%d/fd" % m.proc.pid):
+            try:
+                link = os.readlink("/proc/%d/fd/%s" % (m.proc.pid, fd))
+            except OSError:
+                continue
+            if link.startswith("socket:["):
+                inodes.add(link[8:-1])
+        with open("/proc/net/tcp") as f4, open("/proc/net/tcp6") as f6:
+            rows = [ln.split() for ln in f4.readlines()[1:] + f6.readlines()[1:]]
+        assert not [r for r in rows if r[3] == "0A" and r[9] in inodes]
+
+
+def test_metrics_port_in_use_fails_mount(tmp):
+    """A metrics address that cannot be bound stops the mount with a clear message."""
+    need_root()
+    (tmp / "src" / "a").write_bytes(b"x")
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen(1)
+        port = busy.getsockname()[1]
+        r = run_mcfs("mount", str(tmp / "src"), str(tmp / "mnt"),
+                     "-o", "metrics=127.0.0.1:%d" % port, timeout=30)
+        out = r.stdout + r.stderr
+        try:
+            assert r.returncode != 0, out
+            assert "127.0.0.1:%d" % port in out and "in use" in out, out
+        finally:
+            force_unmount(str(tmp / "mnt"))
