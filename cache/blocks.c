@@ -16,6 +16,10 @@
  * yet, or the prefetch budget is spent, it answers -EAGAIN and the stream
  * asks again later. Demand reads always go first.
  *
+ * Disk tier (tiers.c, when cache_dir is set): a fetch thread asks it before
+ * the store; a whole block fresh from the store is queued for write-behind,
+ * the writer holding one reference until it is on disk.
+ *
  * Memory: the slots are one anonymous mapping (huge pages advised), touched
  * on first use, so that the GPU module can register it once as pinned memory.
  */
@@ -162,6 +166,8 @@ static void start_loading(struct cache *c, struct cache_block *b, struct cache_f
 	b->refs = refs;
 	b->prefetched = false;
 	b->warm = false;
+	b->vlo = 0;
+	b->vhi = (uint32_t)MCFS_MIN(c->bs, f->size - (index << c->bs_shift));
 	hash_insert(c, b);
 }
 
@@ -203,16 +209,25 @@ static void note_latency(struct cache *c, double secs)
 	c->st.fetch_lat_sum += secs;
 }
 
-/* Reads one block from the store into its slot. No lock held. */
-static int fetch(struct cache *c, struct cache_block *b, uint32_t *len)
+/*
+ * Reads one block into its slot: the whole block from the disk tier if it
+ * holds it (*from_disk), else [vlo, vhi) from the store. No lock held.
+ */
+static int fetch(struct cache *c, struct cache_block *b, uint32_t *len, bool *from_disk)
 {
 	struct cache_file *f = b->file;
-	uint64_t off = b->index << c->bs_shift;
-	size_t want = (size_t)MCFS_MIN(c->bs, f->size - off);
+	uint64_t off = (b->index << c->bs_shift) + b->vlo;
+	size_t want = b->vhi - b->vlo;
 	struct remote_obj obj = {.path = f->path, .version = f->version, .size = f->size};
 	ssize_t got;
 
-	got = remote_read(c->remote, &obj, off, b->data, want);
+	*from_disk = cache_tier_fill(c, b, len); /* tiers.c */
+	if (*from_disk)
+		return 0;
+	/* a random reader's block holds only [vlo, vhi): fetch just that */
+	MCFS_DEBUG("fetch %s block %llu [%u, %u)", f->path, (unsigned long long)b->index, b->vlo,
+		   b->vhi);
+	got = remote_read(c->remote, &obj, off, b->data + b->vlo, want);
 	if (got >= 0 && (size_t)got != want)
 		got = -ESTALE;
 	if (got < 0) {
@@ -223,7 +238,7 @@ static int fetch(struct cache *c, struct cache_block *b, uint32_t *len)
 					: strerror((int)-got));
 		return (int)got;
 	}
-	*len = (uint32_t)want;
+	*len = (uint32_t)MCFS_MIN(c->bs, f->size - (b->index << c->bs_shift));
 	return 0;
 }
 
@@ -233,6 +248,7 @@ void *cache_fetch_thread(void *arg)
 	struct cache_block *b;
 	unsigned long long t0;
 	uint32_t len = 0;
+	bool from_disk, behind;
 	int rc;
 
 	pthread_setname_np(pthread_self(), "mcfs-fetch");
@@ -250,16 +266,27 @@ void *cache_fetch_thread(void *arg)
 		pthread_mutex_unlock(&c->lock);
 
 		t0 = mcfs_now_ns();
-		rc = fetch(c, b, &len);
+		rc = fetch(c, b, &len, &from_disk);
 
 		pthread_mutex_lock(&c->lock);
 		c->inflight--;
-		c->st.fetches++;
-		note_latency(c, (double)(mcfs_now_ns() - t0) / 1e9);
+		if (from_disk) { /* the whole block; fetches count store reads only */
+			b->vlo = 0;
+			b->vhi = len;
+		} else {
+			c->st.fetches++;
+			note_latency(c, (double)(mcfs_now_ns() - t0) / 1e9);
+		}
+		/* Write-behind of a whole block fresh from the store: the writer holds
+		 * a reference (the slot's bytes stay put) until cache_disk_done(). */
+		behind = rc == 0 && !from_disk && cache_tier_wants(c, b);
+		if (behind)
+			b->refs++;
 		if (rc == 0) {
 			b->state = SLOT_READY;
 			b->len = len;
-			c->st.fetched_bytes += len;
+			if (!from_disk)
+				c->st.fetched_bytes += b->vhi - b->vlo;
 		} else {
 			c->st.fetch_errors++;
 			hash_remove(c, b);
@@ -273,6 +300,11 @@ void *cache_fetch_thread(void *arg)
 		}
 		pthread_cond_broadcast(&c->loaded);
 		unref(c, b); /* the job's reference */
+		if (behind) {
+			pthread_mutex_unlock(&c->lock);
+			cache_tier_behind(c, b); /* tiers.c; takes the extra reference */
+			pthread_mutex_lock(&c->lock);
+		}
 	}
 	pthread_mutex_unlock(&c->lock);
 	return NULL;
@@ -280,42 +312,37 @@ void *cache_fetch_thread(void *arg)
 
 /* ---- public ------------------------------------------------------------ */
 
-int cache_block_get(struct cache *c, struct cache_file *f, uint64_t index,
-		    struct cache_block **out)
+static bool covers(const struct cache_block *b, uint32_t lo, uint32_t hi)
 {
-	struct cache_block *b;
-	int rc = 0;
+	return b->vlo <= lo && hi <= b->vhi;
+}
 
-	if (index >= f->nblocks)
-		return -EINVAL;
-	pthread_mutex_lock(&c->lock);
-	for (;;) {
-		b = hash_find(c, f, index);
-		if (b)
-			break;
-		b = take_slot(c, false);
-		if (b) {
-			start_loading(c, b, f, index, 2); /* ours and the job's */
-			c->st.misses++;
-			enqueue(c, b, true);
-			goto wait;
-		}
-		/* Every slot is held by a reader or a fetch: sleeps on c->freed
-		 * (c->lock) until one is put back, then looks again. */
-		pthread_cond_wait(&c->freed, &c->lock);
-	}
-	if (b->refs++ == 0 && b->state == SLOT_READY)
-		list_del(&c->lru, b);
-	if (b->state == SLOT_READY) {
-		c->st.hits++;
-	} else {
-		c->st.waits++;
-		if (b->queued) { /* queued by readahead: a reader now waits for it */
-			list_del(&c->jobs, b);
-			list_push_front(&c->jobs, b);
-		}
-	}
-wait:
+/* Bytes of block @index of @f: block_size, or less for the last one. */
+static uint32_t block_len(const struct cache *c, const struct cache_file *f, uint64_t index)
+{
+	return (uint32_t)MCFS_MIN(c->bs, f->size - (index << c->bs_shift));
+}
+
+/* Drops an unreferenced READY block from the cache. Lock held. */
+static void discard(struct cache *c, struct cache_block *b)
+{
+	list_del(&c->lru, b);
+	hash_remove(c, b);
+	drop_prefetched(c, b);
+	b->state = SLOT_FREE;
+	b->file = NULL;
+	cache_list_push_back(&c->free, b);
+}
+
+/*
+ * Sleeps until b's fetch ends; b holds our reference. Returns 0 if b now
+ * holds [lo, hi), 1 if it holds another part (the caller drops its reference
+ * and looks again), or a negative errno (our reference is dropped). Lock held.
+ */
+static int await(struct cache *c, struct cache_block *b, uint32_t lo, uint32_t hi)
+{
+	int rc;
+
 	/* Sleeps on c->loaded (c->lock) until the fetch of b ends. */
 	while (b->state == SLOT_LOADING)
 		pthread_cond_wait(&c->loaded, &c->lock);
@@ -323,13 +350,78 @@ wait:
 		/* The fetch thread logged the cause. */
 		rc = b->err == -ENOMEM || b->err == -ESTALE ? b->err : -EIO;
 		unref(c, b);
-		b = NULL;
-	} else {
-		drop_prefetched(c, b);
+		return rc;
 	}
+	return covers(b, lo, hi) ? 0 : 1;
+}
+
+int cache_block_get_range(struct cache *c, struct cache_file *f, uint64_t index, uint32_t lo,
+			  uint32_t hi, struct cache_block **out)
+{
+	struct cache_block *b;
+	int rc;
+
+	if (index >= f->nblocks || lo >= hi || hi > block_len(c, f, index))
+		return -EINVAL;
+	pthread_mutex_lock(&c->lock);
+	for (;;) {
+		b = hash_find(c, f, index);
+		if (!b) {
+			b = take_slot(c, false);
+			if (!b) {
+				/* Every slot is held by a reader or a fetch: sleeps on
+				 * c->freed (c->lock) until one is put back. */
+				pthread_cond_wait(&c->freed, &c->lock);
+				continue;
+			}
+			start_loading(c, b, f, index, 2); /* ours and the job's */
+			b->vlo = lo;
+			b->vhi = hi;
+			c->st.misses++;
+			enqueue(c, b, true);
+		} else if (b->state == SLOT_READY && covers(b, lo, hi)) {
+			if (b->refs++ == 0)
+				list_del(&c->lru, b);
+			c->st.hits++;
+			break;
+		} else if (b->state == SLOT_LOADING) {
+			b->refs++;
+			c->st.waits++;
+			if (b->queued) { /* queued by readahead: a reader now waits for it */
+				list_del(&c->jobs, b);
+				list_push_front(&c->jobs, b);
+			}
+		} else if (b->refs == 0) {
+			/* a part of the block, not the part we need: fetch again */
+			discard(c, b);
+			continue;
+		} else {
+			/* others still read that part: sleeps on c->freed (c->lock) */
+			pthread_cond_wait(&c->freed, &c->lock);
+			continue;
+		}
+		rc = await(c, b, lo, hi);
+		if (rc == 0)
+			break;
+		if (rc < 0) {
+			pthread_mutex_unlock(&c->lock);
+			*out = NULL;
+			return rc;
+		}
+		unref(c, b);
+	}
+	drop_prefetched(c, b);
 	pthread_mutex_unlock(&c->lock);
 	*out = b;
-	return rc;
+	return 0;
+}
+
+int cache_block_get(struct cache *c, struct cache_file *f, uint64_t index,
+		    struct cache_block **out)
+{
+	if (index >= f->nblocks)
+		return -EINVAL;
+	return cache_block_get_range(c, f, index, 0, block_len(c, f, index), out);
 }
 
 void cache_block_put(struct cache *c, struct cache_block *b)
@@ -386,8 +478,10 @@ int cache_warm(struct cache *c, struct cache_file *f, uint64_t index)
 	if (index >= f->nblocks)
 		return -EINVAL;
 	pthread_mutex_lock(&c->lock);
-	if (hash_find(c, f, index))
+	if (hash_find(c, f, index)) {
+		rc = 1; /* already cached or being fetched */
 		goto out;
+	}
 	/* Bounded so that a warm-up of a huge file can't flood the queue ahead of readers. */
 	if (c->warm_jobs >= 2 * c->nthreads) {
 		rc = -EAGAIN;
@@ -418,15 +512,12 @@ uint64_t cache_evict_file(struct cache *c, struct cache_file *f)
 		b = hash_find(c, f, i);
 		if (!b || b->state != SLOT_READY || b->refs > 0)
 			continue;
-		list_del(&c->lru, b);
-		hash_remove(c, b);
-		drop_prefetched(c, b);
-		dropped += b->len;
-		b->state = SLOT_FREE;
-		b->file = NULL;
-		cache_list_push_back(&c->free, b);
+		dropped += b->vhi - b->vlo;
+		discard(c, b);
 	}
 	pthread_mutex_unlock(&c->lock);
+	if (c->disk) /* all versions of the path */
+		dropped += cache_disk_evict_path(c->disk, f->path);
 	return dropped;
 }
 
@@ -434,14 +525,21 @@ uint64_t cache_file_cached_bytes(struct cache *c, struct cache_file *f)
 {
 	struct cache_block *b;
 	uint64_t i, bytes = 0;
+	/* blocks RAM holds, so that the disk tier's count adds only the others */
+	bool *in_ram = c->disk ? calloc(f->nblocks + 1, sizeof(*in_ram)) : NULL;
 
 	pthread_mutex_lock(&c->lock);
 	for (i = 0; i < f->nblocks; i++) {
 		b = hash_find(c, f, i);
-		if (b && b->state == SLOT_READY)
-			bytes += b->len;
+		if (b && b->state == SLOT_READY) {
+			bytes += b->vhi - b->vlo;
+			if (in_ram)
+				in_ram[i] = b->vhi - b->vlo == b->len;
+		}
 	}
 	pthread_mutex_unlock(&c->lock);
+	bytes += cache_tier_file_bytes(c, f, in_ram);
+	free(in_ram);
 	return bytes;
 }
 
@@ -455,6 +553,7 @@ void cache_get_stats(struct cache *c, struct cache_stats *out)
 	out->inflight = c->inflight;
 	out->prefetch_bytes = c->prefetch_bytes;
 	pthread_mutex_unlock(&c->lock);
+	cache_tier_stats(c, out);
 }
 
 void cache_note_window(struct cache *c, unsigned window)

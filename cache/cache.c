@@ -104,9 +104,12 @@ int cache_new(const struct cfg *cfg, struct remote *remote, struct cache **out)
 	pthread_cond_init(&c->loaded, NULL);
 	pthread_cond_init(&c->freed, NULL);
 	pthread_cond_init(&c->work, NULL);
+	c->lockfd = -1;
 	rc = alloc_region(c);
 	if (rc == 0)
 		rc = init_tables(c);
+	if (rc == 0)
+		cache_tiers_open(c); /* cache_dir: disk tier and metadata, or RAM only */
 	if (rc == 0)
 		rc = start_threads(c);
 	if (rc < 0) {
@@ -134,6 +137,7 @@ void cache_free(struct cache *c)
 	for (i = 0; i < c->nthreads; i++)
 		pthread_join(c->threads[i], NULL);
 	free(c->threads);
+	cache_tiers_close(c); /* writes what is queued; drops the writer's block refs */
 	for (j = 0; c->fbuckets && j < c->nfbuckets; j++) {
 		for (f = c->fbuckets[j]; f; f = next) {
 			next = f->hnext;

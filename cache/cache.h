@@ -59,6 +59,15 @@ struct cache_stats {
 	uint64_t fetch_lat[CACHE_LAT_BUCKETS]; /* fetches by latency, non-cumulative */
 	double fetch_lat_sum;                   /* seconds, all fetches */
 	uint64_t ra_window[CACHE_RA_BUCKETS];  /* window sizes seen (log2 buckets) */
+	/* Disk tier (all 0 when there is none): see struct cache_disk_stats. */
+	int disk_state;              /* 0 off, 1 on, 2 full (ENOSPC: RAM only now) */
+	uint64_t disk_slots, disk_slots_used, disk_bytes_limit, disk_bytes_used;
+	uint64_t disk_hits;          /* RAM misses answered by the disk tier */
+	uint64_t disk_misses;        /* RAM misses it did not hold (went to the store) */
+	uint64_t disk_read_bytes, disk_writes, disk_written_bytes, disk_write_drops;
+	uint64_t disk_csum_errors;   /* blocks dropped for a bad checksum (refetched) */
+	uint64_t disk_io_errors, disk_evictions;
+	uint64_t disk_queued;        /* write-behind jobs queued or being written */
 };
 
 /*
@@ -68,7 +77,15 @@ struct cache_stats {
  */
 MCFS_MUST_CHECK int cache_new(const struct cfg *cfg, struct remote *remote, struct cache **out);
 
-/* Stops the fetch threads (waiting for fetches in flight) and frees it all. */
+/*
+ * With cfg->cache_dir set, cache_new also opens the metadata store (LMDB)
+ * and the disk tier there (cache/meta.h, cache/disk.h). If that fails (not
+ * writable, in use by another daemon, no room) it logs a warning and the
+ * cache runs RAM-only: a cache directory never stops a mount.
+ */
+
+/* Stops the fetch threads (waiting for fetches in flight), writes the disk
+ * tier's queue, closes it and frees it all. */
 void cache_free(struct cache *c);
 
 /*
@@ -90,8 +107,14 @@ void cache_file_put(struct cache *c, struct cache_file *f);
 const char *cache_file_path(const struct cache_file *f);
 uint64_t cache_file_size(const struct cache_file *f);
 const char *cache_file_version(const struct cache_file *f);
-/* Bytes of this file held in the RAM tier now. */
+/* Bytes of this file held now in the RAM or the disk tier (a block in both counts once). */
 uint64_t cache_file_cached_bytes(struct cache *c, struct cache_file *f);
+
+/*
+ * The persistent metadata store, or NULL when there is no cache_dir (or it
+ * could not be opened). Borrowed: valid until cache_free().
+ */
+struct cache_meta *cache_get_meta(struct cache *c);
 
 /*
  * Returns a new reference to block @index of @f with its bytes ready; drop
@@ -102,6 +125,14 @@ uint64_t cache_file_cached_bytes(struct cache *c, struct cache_file *f);
  */
 MCFS_MUST_CHECK int cache_block_get(struct cache *c, struct cache_file *f, uint64_t index,
 				    struct cache_block **out);
+/*
+ * As cache_block_get(), but only bytes [lo, hi) of the block are needed: a
+ * miss fetches just those (a random reader pays for what it reads, not for
+ * 8 MiB). The returned block holds at least [lo, hi); read nothing else of it.
+ * lo and hi are offsets within the block, lo < hi <= its length.
+ */
+MCFS_MUST_CHECK int cache_block_get_range(struct cache *c, struct cache_file *f, uint64_t index,
+					  uint32_t lo, uint32_t hi, struct cache_block **out);
 void cache_block_put(struct cache *c, struct cache_block *b);
 /* Borrowed: valid until cache_block_put(). */
 const char *cache_block_data(const struct cache_block *b);
@@ -121,10 +152,13 @@ MCFS_MUST_CHECK int cache_prefetch(struct cache *c, struct cache_file *f, uint64
  * prefetch_mem and is evictable like any block once loaded. At most
  * 2 x connections warm-up fetches are queued or running at once; beyond that
  * (or with no evictable slot) it answers -EAGAIN: call again later.
+ * Returns 0 when it started a fetch, 1 when the block is cached or loading.
  */
 MCFS_MUST_CHECK int cache_warm(struct cache *c, struct cache_file *f, uint64_t index);
 
-/* Drops every unreferenced cached block of @f. Returns the bytes dropped. */
+/* Drops every unreferenced cached block of @f from RAM, and every block of its
+ * path (any version) from the disk tier. Returns the bytes dropped (summed
+ * over the tiers). */
 uint64_t cache_evict_file(struct cache *c, struct cache_file *f);
 
 void cache_get_stats(struct cache *c, struct cache_stats *out);
@@ -142,5 +176,7 @@ void cache_stream_free(struct cache_stream *s);
 void cache_stream_access(struct cache_stream *s, uint64_t off, size_t len);
 /* Current window in blocks (0 = not sequential). */
 unsigned cache_stream_window(const struct cache_stream *s);
+/* True if the last access was not sequential: fetch only the bytes asked for. */
+bool cache_stream_random(struct cache_stream *s);
 
 #endif

@@ -13,6 +13,8 @@
 #include <pthread.h>
 
 #include "cache.h"
+#include "disk.h"
+#include "meta.h"
 
 enum slot_state {
 	SLOT_FREE,    /* on the free list, in no hash chain */
@@ -27,7 +29,10 @@ struct cache_block {
 	struct cache_file *file; /* owner identity while not FREE */
 	uint64_t index;          /* block number in the file */
 	char *data;              /* block_size bytes of the region, fixed for the slot */
-	uint32_t len;            /* valid bytes when READY */
+	uint32_t len;            /* bytes of the block when READY (block_size, less at EOF) */
+	uint32_t vlo, vhi;       /* the part held (or being fetched): [0, len) but for a
+				    random reader's partial block; only whole blocks are
+				    readahead, warmed, copied to the GPU or written to disk */
 	enum slot_state state;
 	int err;                 /* negative errno when ERROR */
 	unsigned refs;           /* readers + the job; > 0 means never evicted */
@@ -86,12 +91,34 @@ struct cache {
 
 	pthread_t *threads;
 	unsigned nthreads;
+
+	/* Disk tier and persistent metadata (cache_dir): NULL when RAM only.
+	 * Set up in cache_new(), fixed afterwards; they have their own locks. */
+	struct cache_meta *meta;
+	struct cache_disk *disk;
+	int lockfd; /* flock'd CACHE_DIR/lock: one daemon per cache_dir; -1 if none */
 };
 
 /* blocks.c: list helpers and the fetch thread, used by cache.c's setup. */
 void cache_lists_init(struct cache *c);
 void cache_list_push_back(struct slot_list *l, struct cache_block *b);
 void *cache_fetch_thread(void *arg);
+
+/* tiers.c: the disk tier and metadata store under cfg->cache_dir (no-ops without). */
+void cache_tiers_open(struct cache *c);  /* can't fail: RAM only, with a warning */
+void cache_tiers_close(struct cache *c); /* after the fetch threads stopped */
+/* Fills b's slot with its whole block from the disk tier (verified). No lock held. */
+bool cache_tier_fill(struct cache *c, struct cache_block *b, uint32_t *len);
+/* True if b (fresh from the store) should be written behind: a whole block. Lock held. */
+bool cache_tier_wants(const struct cache *c, const struct cache_block *b);
+/* Queues b's write-behind; takes over one reference of b. No lock held. */
+void cache_tier_behind(struct cache *c, struct cache_block *b);
+/* The disk writer's done callback: drops the reference write-behind held. */
+void cache_disk_done(void *ctx, void *arg);
+/* Disk-tier bytes of f's blocks that in_ram[] says RAM lacks. No lock held. */
+uint64_t cache_tier_file_bytes(struct cache *c, struct cache_file *f, const bool *in_ram);
+/* Adds the disk tier's counters. No lock held. */
+void cache_tier_stats(struct cache *c, struct cache_stats *out);
 
 /* Records a readahead window size in the stats histogram. */
 void cache_note_window(struct cache *c, unsigned window);

@@ -31,7 +31,16 @@ struct cache_stream {
 	unsigned window;      /* blocks; 0 = not sequential */
 	unsigned max_window;  /* readahead_max / block_size */
 	bool started;         /* an access has been seen */
+	bool random;          /* the last access did not continue the stream */
+	uint64_t next_off;    /* end of the furthest access of the current run */
+	uint64_t run;         /* bytes read contiguously (within RA_REORDER) so far */
 };
+
+/* How far requests of one stream arrive out of order: the kernel's readahead
+ * window (read_ahead_kb, 8 MiB by default) split over several FUSE threads. */
+#define RA_REORDER (8ull << 20)
+/* Contiguous bytes that make a stream of a reader that did not start at 0. */
+#define RA_MIN_RUN (4ull << 20)
 
 int cache_stream_new(struct cache *c, struct cache_file *f, struct cache_stream **out)
 {
@@ -74,30 +83,52 @@ static void fill_window(struct cache_stream *s, uint64_t end)
 	}
 }
 
-void cache_stream_access(struct cache_stream *s, uint64_t off, size_t len)
+/*
+ * Is [off, off+len) a continuation of the stream? Near the end of the last
+ * access (the kernel's async readahead and a multithreaded session reorder
+ * requests by a few MiB), or inside the window already fetched (mmap faults
+ * read around the faulting page). Lock held.
+ */
+static bool continues(const struct cache_stream *s, uint64_t off)
 {
 	uint64_t blk = off >> s->c->bs_shift;
+
+	if (!s->started)
+		return false;
+	if (off + RA_REORDER >= s->next_off && off <= s->next_off + RA_REORDER)
+		return true;
+	return s->window > 0 && blk + 1 >= s->last && blk < s->ra_next;
+}
+
+void cache_stream_access(struct cache_stream *s, uint64_t off, size_t len)
+{
 	uint64_t last_blk = (off + (len ? len - 1 : 0)) >> s->c->bs_shift;
-	bool seq, grew = false;
+	bool near, seq, grew = false;
 	unsigned window;
 
-	if (s->max_window == 0)
-		return;
 	pthread_mutex_lock(&s->lock);
-	if (!s->started)
-		seq = off == 0; /* a reader starting at 0 is almost always streaming */
-	else
-		seq = blk + 1 >= s->last && (blk <= s->last + 1 || blk < s->ra_next);
+	near = continues(s, off);
+	s->run = near ? s->run + len : len;
+	/* Streaming: from the start of the file, or after RA_MIN_RUN contiguous bytes.
+	 * Two adjacent requests of one random read are not a stream. */
+	seq = (!s->started && off == 0) || (near && (s->window > 0 || s->run >= RA_MIN_RUN));
+	/* Not streaming: fetch only what is read. But a first access proves
+	 * nothing: it gets whole blocks (and single flight with other readers). */
+	s->random = s->started && !seq;
 	if (!seq) {
 		s->window = 0;
 		s->ra_next = last_blk + 1;
-	} else if (!s->started || last_blk > s->last || s->window == 0) {
+	} else if (s->max_window == 0) {
+		/* readahead off: classify only */
+	} else if (s->window == 0 || last_blk > s->last) {
 		s->window = s->window ? MCFS_MIN(s->window * 2, s->max_window) : 1;
 		grew = true;
 	}
 	s->started = true;
-	if (last_blk > s->last || !seq)
+	if (last_blk > s->last || !near)
 		s->last = last_blk;
+	if (!near || off + len > s->next_off)
+		s->next_off = off + len;
 	if (s->ra_next < last_blk + 1)
 		s->ra_next = last_blk + 1;
 	if (s->window)
@@ -111,4 +142,14 @@ void cache_stream_access(struct cache_stream *s, uint64_t off, size_t len)
 unsigned cache_stream_window(const struct cache_stream *s)
 {
 	return s->window;
+}
+
+bool cache_stream_random(struct cache_stream *s)
+{
+	bool r;
+
+	pthread_mutex_lock(&s->lock);
+	r = s->random;
+	pthread_mutex_unlock(&s->lock);
+	return r;
 }

@@ -17,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/stat.h>
 
 #define KiB (1024ull)
 #define MiB (1024ull * KiB)
@@ -380,6 +381,7 @@ static int on_ini_line(void *user, const char *section, const char *name, const 
 int cfg_load_file(struct cfg *c, const char *path, char *err, size_t errlen)
 {
 	struct ini_ctx ctx = {.c = c, .err = err, .errlen = errlen, .path = path, .rc = 0};
+	struct stat st;
 	FILE *fp;
 	int line;
 
@@ -389,6 +391,11 @@ int cfg_load_file(struct cfg *c, const char *path, char *err, size_t errlen)
 
 		snprintf(err, errlen, "cannot read config file %s: %s", path, strerror(e));
 		return -e;
+	}
+	if (fstat(fileno(fp), &st) == 0 && !S_ISREG(st.st_mode)) {
+		snprintf(err, errlen, "config file %s is not a regular file", path);
+		fclose(fp);
+		return -EINVAL;
 	}
 	line = ini_parse_file(fp, on_ini_line, &ctx);
 	fclose(fp);

@@ -31,6 +31,8 @@ struct fs_session {
 	struct fuse_session *se;
 	atomic_int stop;         /* set by signal handlers */
 	uint64_t started_ns;     /* mcfs_now_ns() at mount */
+	_Atomic uint64_t reads;      /* FUSE READ requests answered with data */
+	_Atomic uint64_t read_bytes; /* bytes of those answers */
 };
 
 /* One open file: what fi->fh points to. Created by open, freed by release. */
@@ -38,6 +40,7 @@ struct fs_handle {
 	fuse_ino_t ino;
 	struct cache_file *file;     /* reference held for the handle's life */
 	struct cache_stream *stream; /* readahead state of this open */
+	bool keep_cache, direct_io;  /* how it uses the page cache (fs_open_mode) */
 };
 
 static inline struct fs_session *fs_sess(fuse_req_t req)

@@ -11,6 +11,7 @@
  */
 #define _GNU_SOURCE
 #include "inode.h"
+#include "persist.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -28,7 +29,10 @@ struct fs_node {
 	uint64_t nlookup;         /* kernel references (lookups minus forgets) */
 	struct fs_listing *listing; /* directories: last listing, or NULL */
 	uint64_t list_ns;           /* when listing was made */
-	char open_version[REMOTE_VERSION_MAX]; /* version seen at the previous open */
+	/* The kernel's page cache of this inode holds pages of open_version only:
+	 * opens of another version while pc_opens > 0 bypass it (direct_io). */
+	char open_version[REMOTE_VERSION_MAX]; /* version of the page-cache opens */
+	unsigned pc_opens;                     /* open handles that use the page cache */
 };
 
 struct fs_inodes {
@@ -201,9 +205,11 @@ static int refresh(struct fs_session *s, const char *path)
 	struct fs_inodes *t = s->inodes;
 	struct remote_attr a;
 	struct fs_node *n;
+	uint64_t learned;
 	int rc;
 
-	rc = remote_stat(s->remote, path, &a);
+	/* the store, or LMDB under cache_dir (persist.c) */
+	rc = fs_persist_stat(s, path, &a, &learned);
 	if (rc < 0 && rc != -ENOENT && rc != -ENOTDIR)
 		return rc;
 	pthread_mutex_lock(&t->lock);
@@ -212,7 +218,7 @@ static int refresh(struct fs_session *s, const char *path)
 		pthread_mutex_unlock(&t->lock);
 		return -ENOMEM;
 	}
-	n->attr_ns = mcfs_now_ns();
+	n->attr_ns = learned;
 	n->exists = rc == 0;
 	if (rc == 0) {
 		n->attr = a;
@@ -313,15 +319,18 @@ void fs_inode_forget(struct fs_session *s, fuse_ino_t ino, uint64_t nlookup)
 
 void fs_inode_invalidate(struct fs_session *s, fuse_ino_t ino)
 {
+	char path[4096] = "";
 	struct fs_node *n;
 
 	pthread_mutex_lock(&s->inodes->lock);
 	n = by_ino(s->inodes, ino);
-	if (n)
+	if (n) {
 		n->attr_ns = 0;
+		snprintf(path, sizeof(path), "%s", n->path);
+	}
 	pthread_mutex_unlock(&s->inodes->lock);
-	if (n && s->se)
-		fuse_lowlevel_notify_inval_inode(s->se, ino, -1, 0);
+	if (n) /* and LMDB's copy, or the next stat would find it fresh there */
+		fs_persist_forget(s, path);
 }
 
 void fs_inode_ref(struct fs_session *s, fuse_ino_t ino)
@@ -375,7 +384,7 @@ static struct fs_node *fresh_node(struct fs_session *s, fuse_ino_t ino, int *rc)
 }
 
 static int open_file(struct fs_session *s, fuse_ino_t ino, struct cache_file **f,
-		     bool *keep_cache);
+		     struct fs_open_mode *mode);
 
 int fs_inode_getattr(struct fs_session *s, fuse_ino_t ino, struct stat *st)
 {
@@ -392,9 +401,23 @@ int fs_inode_getattr(struct fs_session *s, fuse_ino_t ino, struct stat *st)
 	return rc;
 }
 
-int fs_inode_open(struct fs_session *s, fuse_ino_t ino, struct cache_file **f, bool *keep_cache)
+int fs_inode_open(struct fs_session *s, fuse_ino_t ino, struct cache_file **f,
+		  struct fs_open_mode *mode)
 {
-	return open_file(s, ino, f, keep_cache);
+	return open_file(s, ino, f, mode);
+}
+
+void fs_inode_close(struct fs_session *s, fuse_ino_t ino, const struct fs_open_mode *mode)
+{
+	struct fs_node *n;
+
+	if (mode->direct_io)
+		return;
+	pthread_mutex_lock(&s->inodes->lock);
+	n = by_ino(s->inodes, ino);
+	if (n && n->pc_opens > 0)
+		n->pc_opens--;
+	pthread_mutex_unlock(&s->inodes->lock);
 }
 
 int fs_inode_file(struct fs_session *s, fuse_ino_t ino, struct cache_file **f)
@@ -402,9 +425,35 @@ int fs_inode_file(struct fs_session *s, fuse_ino_t ino, struct cache_file **f)
 	return open_file(s, ino, f, NULL);
 }
 
-/* The identity of @ino's current version; with @keep_cache, as open() sees it. */
-static int open_file(struct fs_session *s, fuse_ino_t ino, struct cache_file **f, bool *keep_cache)
+/*
+ * Decides how an open of version @v uses the kernel's page cache (lock held).
+ * One inode has one page cache, so only one version may be in it: the first
+ * open after all page-cache opens closed owns it (and keeps the pages if they
+ * are of the same version); an open of another version while those are open
+ * bypasses it with direct_io, so that concurrent opens of two versions never
+ * see each other's pages. Returns true if the version changed.
+ */
+static bool page_cache_mode(struct fs_session *s, struct fs_node *n, const char *v,
+			    struct fs_open_mode *mode)
 {
+	bool same = strcmp(n->open_version, v) == 0;
+	bool changed = n->open_version[0] != '\0' && !same;
+
+	mode->direct_io = n->pc_opens > 0 && !same;
+	if (mode->direct_io)
+		return changed;
+	mode->keep_cache = s->cfg.keep_cache && (same || n->open_version[0] == '\0');
+	if (n->pc_opens == 0 || same)
+		snprintf(n->open_version, sizeof(n->open_version), "%s", v);
+	n->pc_opens++;
+	return changed;
+}
+
+/* The identity of @ino's current version; with @mode, as open() sees it. */
+static int open_file(struct fs_session *s, fuse_ino_t ino, struct cache_file **f,
+		     struct fs_open_mode *mode)
+{
+	bool changed = false;
 	struct remote_attr a;
 	char path[4096];
 	struct fs_node *n;
@@ -422,15 +471,17 @@ static int open_file(struct fs_session *s, fuse_ino_t ino, struct cache_file **f
 	if (rc == 0) {
 		a = n->attr;
 		snprintf(path, sizeof(path), "%s", n->path);
-		if (keep_cache) {
-			*keep_cache = s->cfg.keep_cache && (n->open_version[0] == '\0' ||
-							    strcmp(n->open_version, a.version) == 0);
-			snprintf(n->open_version, sizeof(n->open_version), "%s", a.version);
-		}
+		if (mode)
+			changed = page_cache_mode(s, n, a.version, mode);
 	}
 	pthread_mutex_unlock(&s->inodes->lock);
 	if (rc < 0)
 		return rc;
+	/* A new version: the kernel's cached size and times are stale. Attributes
+	 * only (offset -1): dropping pages from inside a request could deadlock,
+	 * and !keep_cache makes the kernel drop them at this open anyway. */
+	if (changed && s->se)
+		fuse_lowlevel_notify_inval_inode(s->se, ino, -1, 0);
 	return cache_file_get(s->cache, path, &a, f);
 }
 
@@ -456,11 +507,10 @@ int fs_inode_path(struct fs_session *s, fuse_ino_t ino, char *buf, size_t len)
 
 /* Builds a listing from the store's entries, updating the children's nodes. Lock held. */
 static struct fs_listing *build_listing(struct fs_session *s, const char *dir,
-					const struct remote_dirent *ents, size_t n)
+					const struct remote_dirent *ents, size_t n, uint64_t now)
 {
 	struct fs_inodes *t = s->inodes;
 	struct fs_listing *l;
-	uint64_t now = mcfs_now_ns();
 	char path[4096];
 	struct fs_node *c;
 	size_t i, k = 0;
@@ -497,6 +547,7 @@ int fs_inode_list(struct fs_session *s, fuse_ino_t ino, struct fs_listing **out)
 	char path[4096];
 	struct fs_node *n;
 	size_t cnt = 0;
+	uint64_t learned;
 	int rc;
 
 	pthread_mutex_lock(&t->lock);
@@ -514,11 +565,11 @@ int fs_inode_list(struct fs_session *s, fuse_ino_t ino, struct fs_listing **out)
 	snprintf(path, sizeof(path), "%s", n->path);
 	pthread_mutex_unlock(&t->lock);
 
-	rc = remote_list(s->remote, path, &ents, &cnt);
+	rc = fs_persist_list(s, path, &ents, &cnt, &learned); /* store or LMDB */
 	if (rc < 0)
 		return rc;
 	pthread_mutex_lock(&t->lock);
-	l = build_listing(s, path, ents, cnt);
+	l = build_listing(s, path, ents, cnt, learned);
 	free(ents);
 	if (!l) {
 		pthread_mutex_unlock(&t->lock);
@@ -528,7 +579,7 @@ int fs_inode_list(struct fs_session *s, fuse_ino_t ino, struct fs_listing **out)
 	if (n->listing && --n->listing->refs == 0)
 		free(n->listing);
 	n->listing = l;
-	n->list_ns = mcfs_now_ns();
+	n->list_ns = learned;
 	l->refs++; /* the caller's */
 	*out = l;
 	pthread_mutex_unlock(&t->lock);

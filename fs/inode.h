@@ -59,14 +59,23 @@ void fs_listing_put(struct fs_session *s, struct fs_listing *l);
 /* Counts one lookup of @ino (readdirplus entries). */
 void fs_inode_ref(struct fs_session *s, fuse_ino_t ino);
 
+/* How one open uses the kernel's page cache. */
+struct fs_open_mode {
+	bool keep_cache; /* the pages cached are of this version: keep them */
+	bool direct_io;  /* another version owns the page cache now: bypass it */
+};
+
 /*
  * For open(): the cache identity of the file's current version (new
- * reference, drop with cache_file_put()) and whether the kernel may keep the
- * pages it cached for this file (true if its version is the one seen at the
- * previous open). Errors: -EISDIR, -ENOENT, -EIO.
+ * reference, drop with cache_file_put()) and how the open uses the page cache
+ * (see fs_open_mode; end it with fs_inode_close()). Errors: -EISDIR,
+ * -ENOENT, -EIO.
  */
 MCFS_MUST_CHECK int fs_inode_open(struct fs_session *s, fuse_ino_t ino, struct cache_file **f,
-				  bool *keep_cache);
+				  struct fs_open_mode *mode);
+
+/* At release of a handle opened with @mode. Can't fail. */
+void fs_inode_close(struct fs_session *s, fuse_ino_t ino, const struct fs_open_mode *mode);
 
 /* The cache identity of @ino's current version, as fs_inode_open() but
  * without counting as an open. New reference: drop with cache_file_put(). */
@@ -74,8 +83,8 @@ MCFS_MUST_CHECK int fs_inode_file(struct fs_session *s, fuse_ino_t ino, struct c
 
 /*
  * Forgets what the store said about @ino, so the next getattr or open asks
- * again (after a read found the file changed). Tells the kernel to drop the
- * inode's attributes (not its pages: safe from inside a request). Can't fail.
+ * again (after a read found the file changed). Open files keep their version
+ * (and keep failing); the next open sees the new one. Can't fail.
  */
 void fs_inode_invalidate(struct fs_session *s, fuse_ino_t ino);
 

@@ -13,8 +13,12 @@
  */
 #define _GNU_SOURCE
 #include "fs_int.h"
+#include "cli.h"
 #include "inode.h"
 #include "mount_util.h"
+#ifdef MCFS_HAVE_NET
+#include "manifest.h"
+#endif
 #ifdef MCFS_HAVE_GPU
 #include "gpu.h"
 #endif
@@ -44,6 +48,10 @@ static void usage(FILE *fp)
 		"usage:\n"
 		"  mcfs mount SOURCE MOUNTPOINT [-o key=value,...] [-c FILE] [-f] [-d]\n"
 		"  mcfs umount [-l] MOUNTPOINT\n"
+		"  mcfs prefetch [-q] PATH...        warm files or trees into the cache\n"
+		"  mcfs status MOUNTPOINT            cache tiers, hit ratios, fetches\n"
+		"  mcfs evict PATH...                drop files (or trees) from the cache\n"
+		"  mcfs manifest DIR > DIR/.mcfs-manifest.json   listing for an http store\n"
 		"  mcfs help-config\n\n"
 		"SOURCE: /dir, file:///dir, http(s)://host/base, s3://bucket[/prefix]\n"
 		"  -o  options (see `mcfs help-config`), -c  config file (INI; -o wins)\n"
@@ -383,6 +391,21 @@ int main(int argc, char **argv)
 		return cmd_mount(argc - 1, argv + 1);
 	if (strcmp(cmd, "umount") == 0 || strcmp(cmd, "unmount") == 0)
 		return cmd_umount(argc - 1, argv + 1);
+#ifdef MCFS_HAVE_NET
+	if (strcmp(cmd, "manifest") == 0) {
+		if (argc != 3) {
+			fprintf(stderr, "usage: mcfs manifest DIR > DIR/.mcfs-manifest.json\n");
+			return EXIT_USAGE;
+		}
+		return remote_manifest_write(argv[2], stdout) < 0 ? 1 : 0;
+	}
+#endif
+	if (strcmp(cmd, "prefetch") == 0)
+		return fs_cmd_prefetch(argc - 1, argv + 1);
+	if (strcmp(cmd, "status") == 0)
+		return fs_cmd_status(argc - 1, argv + 1);
+	if (strcmp(cmd, "evict") == 0)
+		return fs_cmd_evict(argc - 1, argv + 1);
 	if (strcmp(cmd, "help-config") == 0) {
 		printf("mcfs options (-o key=value, or key = value in a config file):\n");
 		cfg_print_keys(stdout);

@@ -249,11 +249,12 @@ int fs_umount(const char *path, bool lazy)
 		fprintf(stderr, "mcfs: cannot unmount %s: %s\n", abs, strerror(-rc));
 		return rc;
 	}
-	/* The daemon ends its loop, waits for fetches in flight and flushes: wait for it. */
-	for (i = 0; pid > 0 && i < 3000 && alive(pid); i++)
+	/* The daemon ends its loop, waits for fetches in flight and flushes: wait for
+	 * it. Not after a lazy unmount: it serves the open files until they close. */
+	for (i = 0; pid > 0 && !lazy && i < 3000 && alive(pid); i++)
 		nanosleep(&ts, NULL);
 	if (pid > 0 && alive(pid))
-		fprintf(stderr, "mcfs: %s unmounted; daemon %d is still finishing\n", abs,
-			(int)pid);
+		fprintf(stderr, "mcfs: %s unmounted; daemon %d is still finishing%s\n", abs,
+			(int)pid, lazy ? " (it ends when the open files close)" : "");
 	return 0;
 }

@@ -25,6 +25,16 @@
 #define XATTR_STATS "user.mcfs.stats"
 #define XATTR_CACHED "user.mcfs.cached"
 #define XATTR_VERSION "user.mcfs.version"
+/*
+ * Reading this (unlisted) name of a file drops the file's cached blocks from
+ * both tiers and answers the bytes dropped: `mcfs evict`. A read, not a
+ * setxattr, because the mount is read-only and the VFS refuses setxattr on
+ * it (EROFS) before we see it. Unlisted, so `getfattr -d` never triggers it.
+ */
+#define XATTR_EVICT "user.mcfs.evict"
+
+/* A random read's partial fetch is aligned to pages: O_DIRECT needs it. */
+#define READ_ALIGN 4096u
 
 static void fs_init(void *userdata, struct fuse_conn_info *conn)
 {
@@ -103,8 +113,8 @@ static void fs_readlink(fuse_req_t req, fuse_ino_t ino)
 static void fs_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
 	struct fs_session *s = fs_sess(req);
+	struct fs_open_mode mode = {false, false};
 	struct fs_handle *h;
-	bool keep = false;
 	int rc;
 
 	if ((fi->flags & O_ACCMODE) != O_RDONLY || (fi->flags & O_TRUNC)) {
@@ -117,11 +127,13 @@ static void fs_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 		return;
 	}
 	h->ino = ino;
-	rc = fs_inode_open(s, ino, &h->file, &keep);
+	rc = fs_inode_open(s, ino, &h->file, &mode);
 	if (rc == 0) {
 		rc = cache_stream_new(s->cache, h->file, &h->stream);
-		if (rc < 0)
+		if (rc < 0) {
 			cache_file_put(s->cache, h->file);
+			fs_inode_close(s, ino, &mode);
+		}
 	}
 	if (rc < 0) {
 		free(h);
@@ -129,9 +141,13 @@ static void fs_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 		return;
 	}
 	fi->fh = (uint64_t)(uintptr_t)h;
-	fi->keep_cache = keep;
+	h->keep_cache = mode.keep_cache;
+	h->direct_io = mode.direct_io;
+	fi->keep_cache = mode.keep_cache;
+	fi->direct_io = mode.direct_io;
 	fi->noflush = 1;
 	if (fuse_reply_open(req, fi) != 0) { /* interrupted: no release will come */
+		fs_inode_close(s, ino, &mode);
 		cache_stream_free(h->stream);
 		cache_file_put(s->cache, h->file);
 		free(h);
@@ -141,29 +157,52 @@ static void fs_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 static void fs_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
 	struct fs_handle *h = (struct fs_handle *)(uintptr_t)fi->fh;
+	struct fs_open_mode mode = {h->keep_cache, h->direct_io};
 
-	(void)ino;
+	fs_inode_close(fs_sess(req), ino, &mode);
 	cache_stream_free(h->stream);
 	cache_file_put(fs_sess(req)->cache, h->file);
 	free(h);
 	fuse_reply_err(req, 0);
 }
 
+/*
+ * Gets the block holding byte @off of @f, for reading @n of its bytes from
+ * there (@n is cut at the block's end). A random reader's miss fetches just
+ * the pages it reads; a streaming reader's, the whole block.
+ * Returns 0 with *b (drop with cache_block_put), *in and *n set, or -errno.
+ */
+static int get_part(struct fs_session *s, struct fs_handle *h, uint64_t off, size_t *n,
+		    struct cache_block **b, uint32_t *in)
+{
+	uint64_t bs = s->cfg.block_size, start = off - off % bs;
+	uint32_t blen = (uint32_t)MCFS_MIN(bs, cache_file_size(h->file) - start);
+	uint32_t lo = 0, hi = blen;
+
+	*in = (uint32_t)(off - start);
+	*n = MCFS_MIN(*n, (size_t)(blen - *in));
+	if (cache_stream_random(h->stream)) {
+		lo = *in & ~(READ_ALIGN - 1);
+		hi = (uint32_t)MCFS_MIN((uint64_t)blen,
+					((uint64_t)*in + *n + READ_ALIGN - 1) & ~(uint64_t)(READ_ALIGN - 1));
+	}
+	return cache_block_get_range(s->cache, h->file, off / bs, lo, hi, b);
+}
+
 /* Copies [off, off+size) of the file into buf, one block reference at a time. */
-static int read_copy(struct fs_session *s, struct cache_file *f, uint64_t off, size_t size,
+static int read_copy(struct fs_session *s, struct fs_handle *h, uint64_t off, size_t size,
 		     char *buf)
 {
-	uint64_t bs = s->cfg.block_size;
 	struct cache_block *b;
-	size_t done = 0, in, n;
+	size_t done = 0, n;
+	uint32_t in;
 	int rc;
 
 	while (done < size) {
-		rc = cache_block_get(s->cache, f, (off + done) / bs, &b);
+		n = size - done;
+		rc = get_part(s, h, off + done, &n, &b, &in);
 		if (rc < 0)
 			return rc;
-		in = (size_t)((off + done) % bs);
-		n = MCFS_MIN(size - done, cache_block_len(b) - in);
 		memcpy(buf + done, cache_block_data(b) + in, n);
 		cache_block_put(s->cache, b);
 		done += n;
@@ -200,16 +239,21 @@ static void fs_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 		return;
 	}
 	size = (size_t)MCFS_MIN((uint64_t)size, fsize - (uint64_t)off);
+	atomic_fetch_add_explicit(&s->reads, 1, memory_order_relaxed);
+	atomic_fetch_add_explicit(&s->read_bytes, size, memory_order_relaxed);
 	cache_stream_access(h->stream, (uint64_t)off, size);
 	if ((uint64_t)off / bs == ((uint64_t)off + size - 1) / bs) {
-		rc = cache_block_get(s->cache, h->file, (uint64_t)off / bs, &b);
+		size_t n = size;
+		uint32_t in;
+
+		rc = get_part(s, h, (uint64_t)off, &n, &b, &in);
 		if (rc < 0) {
 			read_failed(req, ino, rc);
 			return;
 		}
 		/* Zero copy: the reply is written from the slot while our reference pins it. */
 		bv.buf[0].size = size;
-		bv.buf[0].mem = (char *)cache_block_data(b) + (uint64_t)off % bs;
+		bv.buf[0].mem = (char *)cache_block_data(b) + in;
 		fuse_reply_data(req, &bv, 0);
 		cache_block_put(s->cache, b);
 		return;
@@ -219,7 +263,7 @@ static void fs_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 		fuse_reply_err(req, ENOMEM);
 		return;
 	}
-	rc = read_copy(s, h->file, (uint64_t)off, size, buf);
+	rc = read_copy(s, h, (uint64_t)off, size, buf);
 	if (rc < 0)
 		read_failed(req, ino, rc);
 	else
@@ -342,15 +386,35 @@ static void fs_statfs(fuse_req_t req, fuse_ino_t ino)
 	fuse_reply_statfs(req, &sv);
 }
 
+/* The disk tier's counters as "key value" lines (issue 5). Returns the length. */
+static int disk_stats_text(const struct cache_stats *cs, char *buf, size_t len)
+{
+	return snprintf(buf, len,
+			"disk_state %d\ndisk_slots %" PRIu64 "\ndisk_slots_used %" PRIu64
+			"\ndisk_bytes_limit %" PRIu64 "\ndisk_bytes_used %" PRIu64
+			"\ndisk_hits %" PRIu64 "\ndisk_misses %" PRIu64 "\ndisk_read_bytes %" PRIu64
+			"\ndisk_writes %" PRIu64 "\ndisk_written_bytes %" PRIu64
+			"\ndisk_write_drops %" PRIu64 "\ndisk_csum_errors %" PRIu64
+			"\ndisk_io_errors %" PRIu64 "\ndisk_evictions %" PRIu64
+			"\ndisk_queued %" PRIu64 "\n",
+			cs->disk_state, cs->disk_slots, cs->disk_slots_used, cs->disk_bytes_limit,
+			cs->disk_bytes_used, cs->disk_hits, cs->disk_misses, cs->disk_read_bytes,
+			cs->disk_writes, cs->disk_written_bytes, cs->disk_write_drops,
+			cs->disk_csum_errors, cs->disk_io_errors, cs->disk_evictions,
+			cs->disk_queued);
+}
+
 /* Renders the counters as "key value" lines. Returns the length. */
 static int stats_text(struct fs_session *s, char *buf, size_t len)
 {
 	struct cache_stats cs;
 	struct remote_stats rs;
 
+	int n;
+
 	cache_get_stats(s->cache, &cs);
 	remote_get_stats(s->remote, &rs);
-	return snprintf(buf, len,
+	n = snprintf(buf, len,
 			"pid %d\nblock_size %" PRIu64 "\nslots %" PRIu64 "\nslots_used %" PRIu64
 			"\nhits %" PRIu64 "\nmisses %" PRIu64 "\nwaits %" PRIu64
 			"\nevictions %" PRIu64 "\nfetches %" PRIu64 "\nfetch_errors %" PRIu64
@@ -358,11 +422,17 @@ static int stats_text(struct fs_session *s, char *buf, size_t len)
 			"\nprefetch_unused %" PRIu64 "\ninflight %" PRIu64
 			"\nstore_requests %" PRIu64 "\nstore_reads %" PRIu64
 			"\nstore_bytes %" PRIu64 "\nstore_errors %" PRIu64
-			"\nstore_retries %" PRIu64 "\n",
+			"\nstore_retries %" PRIu64 "\nfuse_reads %" PRIu64
+			"\nfuse_read_bytes %" PRIu64 "\n",
 			(int)getpid(), cs.block_size, cs.slots, cs.slots_used, cs.hits, cs.misses,
 			cs.waits, cs.evictions, cs.fetches, cs.fetch_errors, cs.fetched_bytes,
 			cs.prefetches, cs.prefetch_unused, cs.inflight, rs.requests,
-			rs.read_requests, rs.read_bytes, rs.errors, rs.retries);
+			rs.read_requests, rs.read_bytes, rs.errors, rs.retries,
+			atomic_load_explicit(&s->reads, memory_order_relaxed),
+			atomic_load_explicit(&s->read_bytes, memory_order_relaxed));
+	if (n >= 0 && (size_t)n < len)
+		n += disk_stats_text(&cs, buf + n, len - (size_t)n);
+	return n;
 }
 
 /* Value of one of our xattrs for @ino into buf; returns its length or -ENODATA. */
@@ -374,12 +444,15 @@ static int xattr_value(struct fs_session *s, fuse_ino_t ino, const char *name, c
 
 	if (ino == FUSE_ROOT_ID && strcmp(name, XATTR_STATS) == 0)
 		return stats_text(s, buf, len);
-	if (strcmp(name, XATTR_CACHED) != 0 && strcmp(name, XATTR_VERSION) != 0)
+	if (strcmp(name, XATTR_CACHED) != 0 && strcmp(name, XATTR_VERSION) != 0 &&
+	    strcmp(name, XATTR_EVICT) != 0)
 		return -ENODATA;
 	rc = fs_inode_file(s, ino, &f);
 	if (rc < 0)
 		return rc == -EISDIR || rc == -EINVAL ? -ENODATA : rc;
-	if (strcmp(name, XATTR_CACHED) == 0)
+	if (strcmp(name, XATTR_EVICT) == 0)
+		n = snprintf(buf, len, "%" PRIu64, cache_evict_file(s->cache, f));
+	else if (strcmp(name, XATTR_CACHED) == 0)
 		n = snprintf(buf, len, "%" PRIu64, cache_file_cached_bytes(s->cache, f));
 	else
 		n = snprintf(buf, len, "%s", cache_file_version(f));

@@ -76,8 +76,13 @@ def mcfs_mount(source, mountpoint, opts=(), extra_args=(), env=None, timeout=20)
     full_env = dict(os.environ)
     if env:
         full_env.update(env)
-    proc = subprocess.Popen(cmd, stdout=logfd, stderr=logfd, env=full_env)
-    os.close(logfd)
+    try:
+        proc = subprocess.Popen(cmd, stdout=logfd, stderr=logfd, env=full_env)
+    except BaseException:
+        os.unlink(logpath)  # e.g. no binary at MCFS: don't leave an empty log behind
+        raise
+    finally:
+        os.close(logfd)
     mnt = None
     try:
         deadline = time.time() + timeout

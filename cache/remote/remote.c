@@ -53,6 +53,12 @@ int remote_open(const struct cfg *cfg, struct remote **out)
 	rc = remote_stat(r, "", &root);
 	if (rc == 0 && (root.mode & S_IFMT) != S_IFDIR)
 		rc = -ENOTDIR;
+	if (rc < 0 && rc != -ENOTDIR && cfg->offline && cfg->cache_dir[0]) {
+		/* -o offline: mount anyway; metadata comes from cache_dir's LMDB */
+		MCFS_WARN("store %s is not reachable (%s): offline, serving what %s knows",
+			  cfg->source, strerror(-rc), cfg->cache_dir);
+		rc = 0;
+	}
 	if (rc < 0) {
 		MCFS_ERR("store %s is not usable: %s", cfg->source, strerror(-rc));
 		remote_close(r);

@@ -1,0 +1,111 @@
+/*
+ * disk.h - the disk tier: blocks kept in one slot file under CACHE_DIR/blocks,
+ * indexed in LMDB (cache/meta), written behind the read path and read back
+ * with liburing, each read verified by its XXH3-64 checksum.
+ *
+ * Contracts:
+ *  - A block is served only if its bytes hash to the checksum committed with
+ *    its index entry. A mismatch drops the entry (logged) and reads as a miss:
+ *    the caller fetches from the store. Never torn or stale bytes.
+ *  - An index entry is committed only after its data write completed, and a
+ *    slot is reused only after the entry of its previous block was deleted in
+ *    a committed transaction: a killed daemon leaves no entry that points at
+ *    bytes of another block (and the checksum would catch one anyway).
+ *  - Write-behind never blocks the caller: cache_disk_write() queues the job
+ *    or answers -EAGAIN.
+ *  - ENOSPC (the cache filesystem is full) stops write-behind for good, with
+ *    one log line; blocks already on disk keep being served.
+ *
+ * Lock: disk->lock (private) guards the in-memory index, the LRU, the queue
+ * and the counters. It is a leaf lock, never held across I/O, LMDB or the
+ * done callback. Callers may hold no lock of theirs while calling in.
+ */
+#ifndef MCFS_CACHE_DISK_H
+#define MCFS_CACHE_DISK_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "mcfs.h"
+#include "meta.h"
+
+struct cache_disk;
+
+/* Buffers given to read and write: aligned to this, and at least len rounded up to it. */
+#define CACHE_DISK_ALIGN 4096
+
+struct cache_disk_stats {
+	uint64_t slots;         /* blocks the tier can hold */
+	uint64_t slots_used;    /* blocks it holds */
+	uint64_t bytes_limit;   /* slots * block size */
+	uint64_t bytes_used;    /* valid bytes of the blocks it holds */
+	uint64_t hits;          /* reads answered (verified) */
+	uint64_t misses;        /* reads of blocks it did not hold */
+	uint64_t read_bytes;    /* bytes of verified reads */
+	uint64_t writes;        /* blocks written and indexed */
+	uint64_t written_bytes; /* their bytes */
+	uint64_t write_drops;   /* write-behind jobs refused or abandoned (queue full, no slot) */
+	uint64_t csum_errors;   /* reads whose bytes failed the checksum (dropped) */
+	uint64_t io_errors;     /* reads or writes the kernel failed */
+	uint64_t evictions;     /* blocks dropped for room */
+	uint64_t queued;        /* write-behind jobs queued or being written now */
+	bool full;              /* ENOSPC seen: no more writes */
+};
+
+/*
+ * Parses @spec ("SIZE", or "N%" of the free space of @dir's filesystem plus
+ * what @dir already holds) into a byte limit. Returns 0 or -EINVAL / -errno.
+ */
+MCFS_MUST_CHECK int cache_disk_limit(const char *dir, const char *spec, uint64_t *bytes);
+
+/*
+ * Opens the tier in directory @dir (creating dir/blocks/slots, sized for
+ * @limit bytes of @bs-byte blocks) over the index in @meta (borrowed; must
+ * outlive the tier), and starts the writer thread. @done(@ctx, arg) is
+ * called by the writer once for each job cache_disk_write() accepted, after
+ * its bytes were written or abandoned. @queue_max bounds the write queue.
+ * Returns 0 with *out set, or a negative errno after logging why.
+ */
+MCFS_MUST_CHECK int cache_disk_open(const char *dir, uint64_t limit, uint64_t bs,
+				    struct cache_meta *meta, unsigned queue_max,
+				    void (*done)(void *ctx, void *arg), void *ctx,
+				    struct cache_disk **out);
+
+/* Writes what is queued, calls every pending done, persists use times, stops. */
+void cache_disk_close(struct cache_disk *d);
+
+/*
+ * Reads the block @k into @buf (CACHE_DISK_ALIGN-aligned, @cap bytes) and
+ * verifies it. Returns 0 with *len set; -ENOENT if the tier does not hold it
+ * (or it failed its checksum: then it is dropped and logged); -EIO if the
+ * read failed. Sleeps for the I/O; many callers may read at once.
+ */
+MCFS_MUST_CHECK int cache_disk_read(struct cache_disk *d, const struct cache_meta_key *k,
+				    char *buf, size_t cap, uint32_t *len);
+
+/*
+ * Queues a write-behind of @len bytes at @data (CACHE_DISK_ALIGN-aligned,
+ * readable up to @len rounded up to it) as block @k. Borrowed until
+ * done(ctx, @arg): the caller keeps @data unchanged until then. Returns 0
+ * (queued), -EEXIST (already held or queued), -EAGAIN (queue full) or
+ * -ENOSPC (the tier is full for good). done is called only after 0.
+ */
+MCFS_MUST_CHECK int cache_disk_write(struct cache_disk *d, const struct cache_meta_key *k,
+				     const char *data, uint32_t len, void *arg);
+
+/* Valid bytes of block @k held (0 if not held). */
+uint32_t cache_disk_held(struct cache_disk *d, const struct cache_meta_key *k);
+
+/*
+ * Drops every block of @path (all versions) that no read is using, from
+ * memory and the index. Returns the bytes dropped.
+ */
+uint64_t cache_disk_evict_path(struct cache_disk *d, const char *path);
+
+/* Waits until the write queue is empty and its index entries are committed. */
+void cache_disk_flush(struct cache_disk *d);
+
+void cache_disk_get_stats(struct cache_disk *d, struct cache_disk_stats *out);
+
+#endif

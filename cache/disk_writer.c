@@ -1,0 +1,335 @@
+/*
+ * disk_writer.c - write-behind: the thread that puts fetched blocks on disk.
+ *
+ * The fetch path queues a job (key, the RAM slot's bytes, a cookie) and goes
+ * on; the caller keeps the bytes pinned until done(cookie). One thread,
+ * "mcfs-diskwr", owns its own io_uring and runs batches of up to WB_BATCH
+ * jobs:
+ *
+ *   1. under the lock, give each job a slot: a free one, else the least
+ *      recently used VALID slot nobody reads (its key leaves the hash now);
+ *   2. commit the deletion of the victims' index entries (one transaction);
+ *   3. per job: fallocate the slot, hash the bytes (XXH3-64), write them
+ *      (O_DIRECT, 1 MiB pieces in flight together), call done();
+ *   4. under the lock, mark the written slots VALID (readers may use them:
+ *      the bytes are there and the checksum is known);
+ *   5. commit their index entries, plus the use times of blocks read since
+ *      the last batch, in one transaction.
+ *
+ * A kill between any two steps leaves only entries whose bytes were fully
+ * written before the entry was committed; a slot being rewritten has no
+ * entry. So restart needs no repair, and the read-side checksum covers the
+ * cases the file system itself may tear (power loss without O_DSYNC).
+ *
+ * ENOSPC from fallocate, a write or LMDB turns write-behind off for the
+ * rest of the mount with one log line: the cache keeps working from RAM
+ * (and the disk blocks already indexed). The thread also syncs LMDB about
+ * once a second when something was committed (meta.h: NOSYNC).
+ */
+#define _GNU_SOURCE
+#include "disk_int.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <xxhash.h>
+
+#define WB_BATCH 16          /* jobs per batch: one index commit per up to 128 MiB */
+#define WB_RING_DEPTH 64     /* 8 MiB blocks in 1 MiB pieces: 8 in flight */
+#define SYNC_INTERVAL_NS 1000000000ull /* LMDB flush at most once a second */
+
+struct batch {
+	struct djob jobs[WB_BATCH];
+	uint32_t slot[WB_BATCH]; /* DNIL: skipped */
+	int rc[WB_BATCH];
+	uint64_t csum[WB_BATCH];
+	struct cache_meta_key dels[WB_BATCH];
+	size_t n, ndel;
+};
+
+/* Takes a slot for @k; returns DNIL if none can be had. Lock held. */
+static uint32_t take_slot(struct cache_disk *d, struct batch *b)
+{
+	struct dslot *head = &d->slots[d->nslots], *s;
+	uint32_t i;
+
+	if (d->nfree)
+		return d->free_stack[--d->nfree];
+	i = head->next; /* least recently used; LRU holds only VALID, unread slots */
+	if (i == d->nslots)
+		return DNIL;
+	s = &d->slots[i];
+	cache_disk_lru_del(d, i);
+	cache_disk_hash_remove(d, i);
+	b->dels[b->ndel++] = s->key;
+	d->st.slots_used--;
+	d->st.bytes_used -= s->len;
+	d->st.evictions++;
+	return i;
+}
+
+/* Step 1: moves up to WB_BATCH jobs from the queue into @b, with slots. Lock held. */
+static void take_jobs(struct cache_disk *d, struct batch *b)
+{
+	struct dslot *s;
+	uint32_t i;
+
+	b->n = b->ndel = 0;
+	while (d->qlen && b->n < WB_BATCH) {
+		b->jobs[b->n] = d->q[d->qhead];
+		d->qhead = (d->qhead + 1) % d->qmax;
+		d->qlen--;
+		d->writing++;
+		if (cache_disk_find(d, &b->jobs[b->n].key) != DNIL) {
+			i = DNIL; /* queued twice (refetched meanwhile): written once */
+		} else {
+			i = d->full ? DNIL : take_slot(d, b);
+			if (i == DNIL)
+				d->st.write_drops++;
+		}
+		if (i != DNIL) {
+			s = &d->slots[i];
+			s->key = b->jobs[b->n].key;
+			s->state = DS_WRITING;
+			s->len = b->jobs[b->n].len;
+			cache_disk_hash_insert(d, i);
+		}
+		b->slot[b->n] = i;
+		b->rc[b->n] = 0;
+		b->n++;
+	}
+}
+
+/* Logs the first ENOSPC and stops write-behind. No lock held. */
+static void went_full(struct cache_disk *d, const char *what)
+{
+	bool first;
+
+	pthread_mutex_lock(&d->lock);
+	first = !d->full;
+	d->full = true;
+	pthread_mutex_unlock(&d->lock);
+	if (first)
+		MCFS_ERR("disk tier %s: %s: no space left on the cache filesystem; "
+			 "continuing RAM-only (blocks already on disk are still served)",
+			 d->path, what);
+}
+
+/* Step 3 for one job. No lock held. */
+static int write_one(struct cache_disk *d, struct io_uring *ring, struct batch *b, size_t j)
+{
+	uint32_t i = b->slot[j];
+	uint64_t len = (b->jobs[j].len + CACHE_DISK_ALIGN - 1) / CACHE_DISK_ALIGN * CACHE_DISK_ALIGN;
+	int rc = 0;
+
+	if (fallocate(d->fd, 0, (off_t)((uint64_t)i * d->bs), (off_t)len) < 0 &&
+	    errno != EOPNOTSUPP)
+		rc = -errno;
+	if (rc == 0) {
+		b->csum[j] = XXH3_64bits(b->jobs[j].data, b->jobs[j].len);
+		rc = cache_disk_rw(d, ring, true, i, (char *)b->jobs[j].data, b->jobs[j].len);
+	}
+	if (rc == -ENOSPC || rc == -EDQUOT)
+		went_full(d, "writing a block");
+	else if (rc < 0)
+		MCFS_ERR("disk tier %s: writing slot %u: %s", d->path, i, strerror(-rc));
+	return rc;
+}
+
+/* Steps 4 and 5: publishes the batch, commits its entries and dirty use times. */
+static void publish(struct cache_disk *d, struct batch *b)
+{
+	struct cache_meta_key *keys;
+	struct cache_meta_block *vals;
+	size_t j, n = 0, cap;
+	uint32_t i;
+	int rc;
+
+	pthread_mutex_lock(&d->lock);
+	cap = b->n + (d->ndirty ? d->nslots : 0);
+	keys = malloc((cap ? cap : 1) * sizeof(*keys));
+	vals = malloc((cap ? cap : 1) * sizeof(*vals));
+	for (j = 0; j < b->n; j++) {
+		i = b->slot[j];
+		if (i == DNIL)
+			continue;
+		if (b->rc[j] < 0 || !keys || !vals) {
+			d->st.io_errors += b->rc[j] < 0 && b->rc[j] != -ENOSPC;
+			cache_disk_hash_remove(d, i);
+			d->slots[i].state = DS_FREE; /* no entry points here */
+			d->free_stack[d->nfree++] = i;
+			continue;
+		}
+		d->slots[i].state = DS_VALID;
+		d->slots[i].csum = b->csum[j];
+		d->slots[i].last_use = (uint64_t)cache_meta_now();
+		d->slots[i].dirty = true;
+		d->ndirty = true;
+		cache_disk_lru_push(d, i);
+		d->st.slots_used++;
+		d->st.bytes_used += b->jobs[j].len;
+		d->st.writes++;
+		d->st.written_bytes += b->jobs[j].len;
+	}
+	for (i = 0; keys && vals && d->ndirty && i < d->nslots; i++) {
+		struct dslot *s = &d->slots[i];
+
+		if (!s->dirty || s->state != DS_VALID)
+			continue;
+		s->dirty = false;
+		keys[n] = s->key;
+		vals[n] = (struct cache_meta_block){
+			.slot = i, .len = s->len, .csum = s->csum, .last_use = s->last_use};
+		n++;
+	}
+	if (keys && vals)
+		d->ndirty = false;
+	pthread_mutex_unlock(&d->lock);
+	rc = n ? cache_meta_blocks_update(d->meta, NULL, 0, keys, vals, n) : 0;
+	if (rc == -ENOSPC)
+		went_full(d, "recording blocks in the index");
+	else if (rc < 0)
+		MCFS_ERR("disk tier: recording %zu blocks in the index: %s", n, strerror(-rc));
+	/* On failure the blocks stay usable until restart, then read as misses. */
+	free(keys);
+	free(vals);
+}
+
+/* Runs one batch (steps 2-5). No lock held. */
+static void run_batch(struct cache_disk *d, struct io_uring *ring, struct batch *b)
+{
+	size_t j;
+	int rc = 0;
+
+	if (b->ndel) {
+		rc = cache_meta_blocks_update(d->meta, b->dels, b->ndel, NULL, NULL, 0);
+		if (rc == -ENOSPC)
+			went_full(d, "evicting from the index");
+		else if (rc < 0)
+			MCFS_ERR("disk tier: evicting %zu blocks from the index: %s", b->ndel,
+				 strerror(-rc));
+	}
+	for (j = 0; j < b->n; j++) {
+		if (b->slot[j] != DNIL)
+			b->rc[j] = rc < 0 ? rc : write_one(d, ring, b, j);
+		d->done(d->ctx, b->jobs[j].arg); /* the caller's bytes are free now */
+	}
+	if (rc < 0) {
+		/* The victims' entries may still exist: park the slots (DEAD) rather
+		 * than free them; a restart reclaims them. */
+		pthread_mutex_lock(&d->lock);
+		for (j = 0; j < b->n; j++) {
+			if (b->slot[j] == DNIL)
+				continue;
+			cache_disk_hash_remove(d, b->slot[j]);
+			d->slots[b->slot[j]].state = DS_DEAD;
+			b->slot[j] = DNIL;
+		}
+		pthread_mutex_unlock(&d->lock);
+	}
+	publish(d, b);
+}
+
+static void deadline_in(struct timespec *ts, uint64_t ns)
+{
+	clock_gettime(CLOCK_REALTIME, ts);
+	ts->tv_sec += (time_t)(ns / 1000000000);
+	ts->tv_nsec += (long)(ns % 1000000000);
+	if (ts->tv_nsec >= 1000000000) {
+		ts->tv_sec++;
+		ts->tv_nsec -= 1000000000;
+	}
+}
+
+void *cache_disk_writer(void *arg)
+{
+	struct cache_disk *d = arg;
+	struct io_uring ring;
+	struct batch *b = calloc(1, sizeof(*b));
+	uint64_t last_sync = mcfs_now_ns();
+	bool unsynced = false, ring_ok;
+	struct timespec ts;
+
+	pthread_setname_np(pthread_self(), "mcfs-diskwr");
+	ring_ok = b && io_uring_queue_init(WB_RING_DEPTH, &ring, 0) == 0;
+	if (!ring_ok)
+		MCFS_ERR("disk tier %s: cannot set up the writer's io_uring: write-behind off",
+			 d->path);
+	pthread_mutex_lock(&d->lock);
+	if (!ring_ok)
+		d->full = true; /* cache_disk_write() then refuses every job */
+	for (;;) {
+		/* Sleeps on d->work (d->lock) until a job is queued, stopping, or a
+		 * second passed with use times to persist. */
+		while (!d->stopping && d->qlen == 0 && !d->ndirty && !unsynced)
+			pthread_cond_wait(&d->work, &d->lock);
+		if (!d->stopping && d->qlen == 0) {
+			deadline_in(&ts, SYNC_INTERVAL_NS);
+			pthread_cond_timedwait(&d->work, &d->lock, &ts);
+		}
+		if (d->qlen && ring_ok) {
+			take_jobs(d, b);
+			pthread_mutex_unlock(&d->lock);
+			run_batch(d, &ring, b);
+			unsynced = true;
+			pthread_mutex_lock(&d->lock);
+			d->writing -= (unsigned)b->n;
+			pthread_cond_broadcast(&d->drained);
+		} else if (d->ndirty) {
+			b->n = b->ndel = 0;
+			pthread_mutex_unlock(&d->lock);
+			publish(d, b);
+			unsynced = true;
+			pthread_mutex_lock(&d->lock);
+		}
+		if (unsynced && (d->stopping || mcfs_now_ns() - last_sync >= SYNC_INTERVAL_NS)) {
+			pthread_mutex_unlock(&d->lock);
+			if (cache_meta_sync(d->meta) < 0)
+				MCFS_WARN("disk tier: syncing the index failed");
+			last_sync = mcfs_now_ns();
+			unsynced = false;
+			pthread_mutex_lock(&d->lock);
+		}
+		if (d->stopping && d->qlen == 0 && !d->ndirty)
+			break;
+	}
+	pthread_mutex_unlock(&d->lock);
+	if (ring_ok)
+		io_uring_queue_exit(&ring);
+	free(b);
+	return NULL;
+}
+
+int cache_disk_write(struct cache_disk *d, const struct cache_meta_key *k, const char *data,
+		     uint32_t len, void *arg)
+{
+	int rc = 0;
+
+	pthread_mutex_lock(&d->lock);
+	if (d->full || d->stopping) {
+		rc = -ENOSPC;
+	} else if (cache_disk_find(d, k) != DNIL) {
+		rc = -EEXIST;
+	} else if (d->qlen == d->qmax) {
+		d->st.write_drops++;
+		rc = -EAGAIN;
+	} else {
+		d->q[(d->qhead + d->qlen) % d->qmax] =
+			(struct djob){.key = *k, .data = data, .len = len, .arg = arg};
+		d->qlen++;
+		pthread_cond_signal(&d->work);
+	}
+	pthread_mutex_unlock(&d->lock);
+	return rc;
+}
+
+void cache_disk_flush(struct cache_disk *d)
+{
+	pthread_mutex_lock(&d->lock);
+	/* Sleeps on d->drained (d->lock) until no job is queued or being written. */
+	while (d->qlen || d->writing)
+		pthread_cond_wait(&d->drained, &d->lock);
+	pthread_mutex_unlock(&d->lock);
+}

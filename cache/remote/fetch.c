@@ -1,0 +1,706 @@
+/*
+ * fetch.c - the shared libcurl layer of the http and s3 backends.
+ *
+ * Design: a request is described by a struct remote_req and run by
+ * remote_fetch_do() on an easy handle popped from the pool. The handle is
+ * reset and fully configured for every request (curl_easy_reset keeps the
+ * live connections), so no option leaks from one request into the next, and
+ * pushed back afterwards, keeping its connection alive for the next request.
+ * Handles are created on demand: the pool holds as many as were ever in use
+ * at once, which the cache's fetch threads bound (cfg->connections) plus a
+ * few metadata callers.
+ *
+ * Bodies: a ranged GET is written straight into the caller's buffer by the
+ * write callback, which refuses a single byte past the asked range; anything
+ * else (listings, manifests, error documents) is collected into a malloc'd
+ * buffer with a cap. Nothing is staged twice.
+ *
+ * Retries: one loop here, so the backends never retry. Attempt n waits
+ * base * 2^n (capped) with "equal jitter" (half fixed, half random), so that
+ * clients that failed together do not come back together, yet each still
+ * waits long enough for a restarting server. A Retry-After of a 429 or 503 is
+ * honoured up to the cap.
+ *
+ * Refuses: to follow redirects (a redirect of an object is reported, not
+ * chased with our signature), to log credentials or URLs with userinfo.
+ */
+#define _GNU_SOURCE
+#include "fetch_int.h"
+
+#include <curl/curl.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <time.h>
+
+#define BACKOFF_BASE_MS 100  /* first retry soon: most resets are one-offs */
+#define BACKOFF_CAP_MS 5000  /* a restarting server is back within seconds */
+#define ERROR_BODY_MAX 65536 /* error documents (S3 <Error>) kept for the caller */
+#define CURL_BUF_SIZE 524288 /* libcurl's maximum receive buffer: fewer callbacks */
+#define EMPTY_SHA256 "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
+
+struct remote_fetch {
+	struct remote *r; /* counters and cfg, borrowed */
+	CURLSH *share;	  /* DNS and TLS sessions, shared by all handles */
+	pthread_mutex_t share_locks[CURL_LOCK_DATA_LAST];
+	pthread_mutex_t lock; /* guards idle, n_idle, cap_idle */
+	CURL **idle;	      /* handles not in use; their connections stay open */
+	size_t n_idle, cap_idle;
+};
+
+/* Per-transfer state shared by the callbacks. */
+struct xfer {
+	const struct remote_req *req;
+	struct remote_resp *resp;
+	size_t cap;	 /* bytes the body buffer may grow to */
+	size_t body_cap; /* allocated bytes of resp->body */
+	bool overflow;	 /* the server sent more than allowed */
+	bool unranged;	 /* a 200 came back to a ranged GET */
+};
+
+static pthread_once_t global_once = PTHREAD_ONCE_INIT;
+static CURLcode global_rc;
+
+static void global_init(void)
+{
+	global_rc = curl_global_init(CURL_GLOBAL_ALL);
+}
+
+static void share_lock(CURL *h, curl_lock_data data, curl_lock_access access, void *user)
+{
+	struct remote_fetch *f = user;
+
+	(void)h;
+	(void)access;
+	pthread_mutex_lock(&f->share_locks[data]);
+}
+
+static void share_unlock(CURL *h, curl_lock_data data, void *user)
+{
+	struct remote_fetch *f = user;
+
+	(void)h;
+	pthread_mutex_unlock(&f->share_locks[data]);
+}
+
+int remote_fetch_new(struct remote *r, struct remote_fetch **out)
+{
+	struct remote_fetch *f;
+	int i;
+
+	pthread_once(&global_once, global_init);
+	if (global_rc != CURLE_OK) {
+		MCFS_ERR("libcurl initialisation failed: %s", curl_easy_strerror(global_rc));
+		return -EIO;
+	}
+	f = calloc(1, sizeof(*f));
+	if (!f)
+		return -ENOMEM;
+	f->r = r;
+	pthread_mutex_init(&f->lock, NULL);
+	for (i = 0; i < CURL_LOCK_DATA_LAST; i++)
+		pthread_mutex_init(&f->share_locks[i], NULL);
+	f->share = curl_share_init();
+	if (!f->share) {
+		free(f);
+		return -ENOMEM;
+	}
+	curl_share_setopt(f->share, CURLSHOPT_LOCKFUNC, share_lock);
+	curl_share_setopt(f->share, CURLSHOPT_UNLOCKFUNC, share_unlock);
+	curl_share_setopt(f->share, CURLSHOPT_USERDATA, f);
+	curl_share_setopt(f->share, CURLSHOPT_SHARE, CURL_LOCK_DATA_DNS);
+	curl_share_setopt(f->share, CURLSHOPT_SHARE, CURL_LOCK_DATA_SSL_SESSION);
+	*out = f;
+	return 0;
+}
+
+void remote_fetch_free(struct remote_fetch *f)
+{
+	size_t i;
+	int j;
+
+	if (!f)
+		return;
+	for (i = 0; i < f->n_idle; i++)
+		curl_easy_cleanup(f->idle[i]);
+	free(f->idle);
+	curl_share_cleanup(f->share);
+	for (j = 0; j < CURL_LOCK_DATA_LAST; j++)
+		pthread_mutex_destroy(&f->share_locks[j]);
+	pthread_mutex_destroy(&f->lock);
+	free(f);
+}
+
+static CURL *pool_get(struct remote_fetch *f)
+{
+	CURL *h = NULL;
+
+	pthread_mutex_lock(&f->lock);
+	if (f->n_idle > 0)
+		h = f->idle[--f->n_idle];
+	pthread_mutex_unlock(&f->lock);
+	if (!h)
+		h = curl_easy_init();
+	return h;
+}
+
+static void pool_put(struct remote_fetch *f, CURL *h)
+{
+	pthread_mutex_lock(&f->lock);
+	if (f->n_idle == f->cap_idle) {
+		size_t cap = f->cap_idle ? 2 * f->cap_idle : 16;
+		CURL **n = realloc(f->idle, cap * sizeof(*n));
+
+		if (!n) {
+			pthread_mutex_unlock(&f->lock);
+			curl_easy_cleanup(h);
+			return;
+		}
+		f->idle = n;
+		f->cap_idle = cap;
+	}
+	f->idle[f->n_idle++] = h;
+	pthread_mutex_unlock(&f->lock);
+}
+
+/* ---- helpers that the backends and the unit tests share ---- */
+
+int remote_uri_encode(const char *in, bool keep_slash, char *out, size_t outlen)
+{
+	static const char hex[] = "0123456789ABCDEF";
+	size_t o = 0;
+	const unsigned char *p;
+
+	for (p = (const unsigned char *)in; *p; p++) {
+		bool plain = (*p >= 'A' && *p <= 'Z') || (*p >= 'a' && *p <= 'z') ||
+			     (*p >= '0' && *p <= '9') || *p == '-' || *p == '.' || *p == '_' ||
+			     *p == '~' || (keep_slash && *p == '/');
+
+		if (o + (plain ? 1 : 3) >= outlen)
+			return -ENAMETOOLONG;
+		if (plain) {
+			out[o++] = (char)*p;
+		} else {
+			out[o++] = '%';
+			out[o++] = hex[*p >> 4];
+			out[o++] = hex[*p & 15];
+		}
+	}
+	if (o >= outlen)
+		return -ENAMETOOLONG;
+	out[o] = '\0';
+	return (int)o;
+}
+
+struct kvpair {
+	const char *k, *v;
+};
+
+static int kv_cmp(const void *a, const void *b)
+{
+	return strcmp(((const struct kvpair *)a)->k, ((const struct kvpair *)b)->k);
+}
+
+int remote_query_build(const char *const *kv, size_t n, char *out, size_t outlen)
+{
+	struct kvpair pairs[16];
+	size_t i, o = 0;
+	int len;
+
+	if (n > MCFS_ARRAY_SIZE(pairs))
+		return -E2BIG;
+	for (i = 0; i < n; i++) {
+		pairs[i].k = kv[2 * i];
+		pairs[i].v = kv[2 * i + 1];
+	}
+	/* SigV4 sorts by the encoded key; our keys are plain ASCII, so equal. */
+	qsort(pairs, n, sizeof(pairs[0]), kv_cmp);
+	if (outlen == 0)
+		return -ENAMETOOLONG;
+	out[0] = '\0';
+	for (i = 0; i < n; i++) {
+		if (i > 0) {
+			if (o + 1 >= outlen)
+				return -ENAMETOOLONG;
+			out[o++] = '&';
+		}
+		len = remote_uri_encode(pairs[i].k, false, out + o, outlen - o);
+		if (len < 0)
+			return len;
+		o += (size_t)len;
+		if (o + 1 >= outlen)
+			return -ENAMETOOLONG;
+		out[o++] = '=';
+		out[o] = '\0';
+		len = remote_uri_encode(pairs[i].v ? pairs[i].v : "", false, out + o, outlen - o);
+		if (len < 0)
+			return len;
+		o += (size_t)len;
+	}
+	return (int)o;
+}
+
+void remote_copy(char *dst, size_t dstlen, const char *src)
+{
+	size_t n = strlen(src);
+
+	if (dstlen == 0)
+		return;
+	if (n >= dstlen)
+		n = dstlen - 1;
+	memcpy(dst, src, n);
+	dst[n] = '\0';
+}
+
+void remote_url_redact(const char *url, char *out, size_t outlen)
+{
+	const char *scheme = strstr(url, "://");
+	const char *host = scheme ? scheme + 3 : url;
+	const char *end = host + strcspn(host, "/?#");
+	const char *at = memchr(host, '@', (size_t)(end - host));
+
+	if (!at) {
+		snprintf(out, outlen, "%s", url);
+		return;
+	}
+	snprintf(out, outlen, "%.*s%s", (int)(host - url), url, at + 1);
+}
+
+bool remote_retryable(int curl_code, long status)
+{
+	switch ((CURLcode)curl_code) {
+	case CURLE_OK:
+		return status == 429 || (status >= 500 && status <= 599);
+	case CURLE_OPERATION_TIMEDOUT:
+	case CURLE_COULDNT_CONNECT:
+	case CURLE_COULDNT_RESOLVE_HOST:
+	case CURLE_COULDNT_RESOLVE_PROXY:
+	case CURLE_RECV_ERROR:
+	case CURLE_SEND_ERROR:
+	case CURLE_GOT_NOTHING:
+	case CURLE_PARTIAL_FILE:
+	case CURLE_SSL_CONNECT_ERROR:
+	case CURLE_HTTP2:
+	case CURLE_HTTP2_STREAM:
+		return true;
+	default:
+		return false;
+	}
+}
+
+unsigned remote_backoff_ms(unsigned attempt, unsigned *seed)
+{
+	unsigned d = BACKOFF_BASE_MS;
+
+	while (attempt-- > 0 && d < BACKOFF_CAP_MS)
+		d *= 2;
+	if (d > BACKOFF_CAP_MS)
+		d = BACKOFF_CAP_MS;
+	return d / 2 + (unsigned)rand_r(seed) % (d / 2 + 1);
+}
+
+int remote_parse_iso8601(const char *s, int64_t *ns)
+{
+	struct tm tm;
+	char *end;
+	long frac_ns = 0, scale = 100000000;
+	time_t t;
+
+	memset(&tm, 0, sizeof(tm));
+	end = strptime(s, "%Y-%m-%dT%H:%M:%S", &tm);
+	if (!end)
+		return -EINVAL;
+	if (*end == '.') {
+		for (end++; *end >= '0' && *end <= '9'; end++) {
+			frac_ns += (*end - '0') * scale;
+			scale /= 10;
+		}
+	}
+	if (*end != 'Z' && *end != '\0' && strcmp(end, "+00:00") != 0)
+		return -EINVAL;
+	t = timegm(&tm);
+	if (t == (time_t)-1)
+		return -EINVAL;
+	*ns = (int64_t)t * 1000000000 + frac_ns;
+	return 0;
+}
+
+/* ---- one transfer ---- */
+
+static bool body_append(struct xfer *x, const char *data, size_t n)
+{
+	struct remote_resp *resp = x->resp;
+
+	if (resp->body_len + n > x->cap)
+		return false;
+	if (resp->body_len + n + 1 > x->body_cap) {
+		size_t cap = x->body_cap ? x->body_cap : 16384;
+		char *b;
+
+		while (cap < resp->body_len + n + 1)
+			cap *= 2;
+		b = realloc(resp->body, cap);
+		if (!b)
+			return false;
+		resp->body = b;
+		x->body_cap = cap;
+	}
+	memcpy(resp->body + resp->body_len, data, n);
+	resp->body_len += n;
+	resp->body[resp->body_len] = '\0';
+	return true;
+}
+
+static size_t on_body(char *data, size_t size, size_t nmemb, void *user)
+{
+	struct xfer *x = user;
+	struct remote_resp *resp = x->resp;
+	const struct remote_req *req = x->req;
+	size_t n = size * nmemb;
+
+	if (resp->status >= 300 || req->len == 0) {
+		/* error documents and unranged bodies: bounded, collected */
+		if (!body_append(x, data, n)) {
+			x->overflow = true;
+			return 0;
+		}
+		return n;
+	}
+	if (resp->status == 200 &&
+	    (req->off != 0 || resp->total < 0 || (uint64_t)resp->total != req->len)) {
+		/* a whole (other?) object instead of our range: stop before a byte lands */
+		x->unranged = true;
+		return 0;
+	}
+	if (resp->got + n > req->len) {
+		x->overflow = true;
+		return 0;
+	}
+	memcpy((char *)req->buf + resp->got, data, n);
+	resp->got += n;
+	return n;
+}
+
+static void copy_value(char *dst, size_t dstlen, const char *v, size_t n)
+{
+	while (n > 0 && (v[n - 1] == '\r' || v[n - 1] == '\n' || v[n - 1] == ' '))
+		n--;
+	while (n > 0 && (*v == ' ' || *v == '\t')) {
+		v++;
+		n--;
+	}
+	if (n >= dstlen)
+		n = dstlen - 1;
+	memcpy(dst, v, n);
+	dst[n] = '\0';
+}
+
+static bool header_is(const char *line, size_t n, const char *name, const char **val)
+{
+	size_t k = strlen(name);
+
+	if (n <= k || strncasecmp(line, name, k) != 0 || line[k] != ':')
+		return false;
+	*val = line + k + 1;
+	return true;
+}
+
+static void reset_resp(struct remote_resp *resp)
+{
+	resp->status = 0;
+	resp->etag[0] = resp->last_modified[0] = resp->location[0] = '\0';
+	resp->content_range[0] = '\0';
+	resp->retry_after_s = 0;
+	resp->content_type[0] = '\0';
+	resp->mtime_ns = 0;
+	resp->content_length = -1;
+	resp->total = -1;
+	resp->body_len = 0;
+	resp->got = 0;
+	if (resp->body)
+		resp->body[0] = '\0';
+}
+
+static size_t on_header(char *line, size_t size, size_t nmemb, void *user)
+{
+	struct xfer *x = user;
+	struct remote_resp *resp = x->resp;
+	size_t n = size * nmemb;
+	const char *v;
+	char tmp[128];
+
+	if (n > 5 && strncmp(line, "HTTP/", 5) == 0) {
+		const char *sp = memchr(line, ' ', n);
+
+		reset_resp(resp);
+		resp->status = sp ? strtol(sp + 1, NULL, 10) : 0;
+		return n;
+	}
+	if (header_is(line, n, "etag", &v)) {
+		copy_value(resp->etag, sizeof(resp->etag), v, n - (size_t)(v - line));
+	} else if (header_is(line, n, "last-modified", &v)) {
+		copy_value(resp->last_modified, sizeof(resp->last_modified), v,
+			   n - (size_t)(v - line));
+		time_t t = curl_getdate(resp->last_modified, NULL);
+		resp->mtime_ns = t > 0 ? (int64_t)t * 1000000000 : 0;
+	} else if (header_is(line, n, "content-length", &v)) {
+		copy_value(tmp, sizeof(tmp), v, n - (size_t)(v - line));
+		resp->content_length = strtoll(tmp, NULL, 10);
+		if (resp->status == 200)
+			resp->total = resp->content_length;
+	} else if (header_is(line, n, "content-range", &v)) {
+		const char *slash;
+
+		copy_value(tmp, sizeof(tmp), v, n - (size_t)(v - line));
+		slash = strchr(tmp, '/');
+		if (slash && slash[1] != '*')
+			resp->total = strtoll(slash + 1, NULL, 10);
+		/* the start and end are checked against the request after the transfer */
+		remote_copy(resp->content_range, sizeof(resp->content_range), tmp);
+	} else if (header_is(line, n, "location", &v)) {
+		copy_value(resp->location, sizeof(resp->location), v, n - (size_t)(v - line));
+	} else if (header_is(line, n, "content-type", &v)) {
+		copy_value(resp->content_type, sizeof(resp->content_type), v,
+			   n - (size_t)(v - line));
+	} else if (header_is(line, n, "retry-after", &v)) {
+		copy_value(tmp, sizeof(tmp), v, n - (size_t)(v - line));
+		if (resp->status == 429 || resp->status == 503)
+			resp->retry_after_s = (unsigned)strtoul(tmp, NULL, 10);
+	}
+	return n;
+}
+
+static struct curl_slist *add_header(struct curl_slist *l, const char *name, const char *value,
+				     bool *ok)
+{
+	char line[2200];
+	struct curl_slist *n;
+
+	if (!value || !*value)
+		return l;
+	snprintf(line, sizeof(line), "%s: %s", name, value);
+	n = curl_slist_append(l, line);
+	if (!n) {
+		*ok = false;
+		return l;
+	}
+	return n;
+}
+
+static int setup(struct remote_fetch *f, CURL *h, const struct remote_req *req, struct xfer *x,
+		 struct curl_slist **hdrs, char *range, size_t rangelen)
+{
+	const struct cfg *cfg = f->r->cfg;
+	char sigparam[128];
+	bool ok = true;
+	long low_time = (long)(cfg->timeout + 0.999);
+
+	curl_easy_reset(h);
+	curl_easy_setopt(h, CURLOPT_URL, req->url);
+	curl_easy_setopt(h, CURLOPT_SHARE, f->share);
+	curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
+	curl_easy_setopt(h, CURLOPT_TCP_KEEPALIVE, 1L);
+	curl_easy_setopt(h, CURLOPT_BUFFERSIZE, (long)CURL_BUF_SIZE);
+	curl_easy_setopt(h, CURLOPT_FOLLOWLOCATION, 0L);
+	curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT_MS, (long)(cfg->connect_timeout * 1000));
+	/* "timeout" is a stall detector, not a cap: an 8 MiB block may take long on a
+	 * slow link, but no byte for this long means the connection is dead. */
+	curl_easy_setopt(h, CURLOPT_LOW_SPEED_LIMIT, 1L);
+	curl_easy_setopt(h, CURLOPT_LOW_SPEED_TIME, low_time > 0 ? low_time : 1L);
+	curl_easy_setopt(h, CURLOPT_SSL_VERIFYPEER, cfg->tls_verify ? 1L : 0L);
+	curl_easy_setopt(h, CURLOPT_SSL_VERIFYHOST, cfg->tls_verify ? 2L : 0L);
+	if (cfg->ca_file[0])
+		curl_easy_setopt(h, CURLOPT_CAINFO, cfg->ca_file);
+	curl_easy_setopt(h, CURLOPT_USERAGENT, "mcfs/" MCFS_VERSION);
+	curl_easy_setopt(h, CURLOPT_HEADERFUNCTION, on_header);
+	curl_easy_setopt(h, CURLOPT_HEADERDATA, x);
+	curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, on_body);
+	curl_easy_setopt(h, CURLOPT_WRITEDATA, x);
+	if (strcmp(req->method, "HEAD") == 0)
+		curl_easy_setopt(h, CURLOPT_NOBODY, 1L);
+	if (req->len > 0) {
+		snprintf(range, rangelen, "%" PRIu64 "-%" PRIu64, req->off,
+			 req->off + req->len - 1);
+		curl_easy_setopt(h, CURLOPT_RANGE, range);
+	}
+	*hdrs = add_header(*hdrs, "If-Match", req->if_match, &ok);
+	*hdrs = add_header(*hdrs, "If-Range", req->if_range, &ok);
+	*hdrs = add_header(*hdrs, "If-Unmodified-Since", req->if_unmodified_since, &ok);
+	*hdrs = add_header(*hdrs, "If-None-Match", req->if_none_match, &ok);
+	if (req->sig && req->sig->access_key) {
+		/* curl 7.88 neither adds nor computes the payload hash; a bodiless
+		 * request's hash is that of the empty string, always right. */
+		*hdrs = add_header(*hdrs, "x-amz-content-sha256", EMPTY_SHA256, &ok);
+		*hdrs = add_header(*hdrs, "x-amz-security-token", req->sig->session_token, &ok);
+		snprintf(sigparam, sizeof(sigparam), "aws:amz:%s:s3", req->sig->region);
+		curl_easy_setopt(h, CURLOPT_AWS_SIGV4, sigparam);
+		/* USERNAME/PASSWORD, never USERPWD: access keys may contain ':' */
+		curl_easy_setopt(h, CURLOPT_USERNAME, req->sig->access_key);
+		curl_easy_setopt(h, CURLOPT_PASSWORD, req->sig->secret_key);
+	}
+	if (!ok)
+		return -ENOMEM;
+	if (*hdrs)
+		curl_easy_setopt(h, CURLOPT_HTTPHEADER, *hdrs);
+	return 0;
+}
+
+/* Checks a finished ranged GET: right range, right object. 0 or -errno. */
+static int check_range(const struct remote_req *req, struct remote_resp *resp, const char *what)
+{
+	uint64_t a = 0, b = 0;
+
+	if (resp->status == 206 &&
+	    sscanf(resp->content_range, "bytes %" SCNu64 "-%" SCNu64, &a, &b) == 2 &&
+	    (a != req->off || b != req->off + req->len - 1)) {
+		MCFS_ERR("%s: asked bytes %" PRIu64 "-%" PRIu64 ", server sent %s", what, req->off,
+			 req->off + req->len - 1, resp->content_range);
+		return -EIO;
+	}
+	if (req->expect_total && resp->total >= 0 && (uint64_t)resp->total != req->expect_total)
+		return -ESTALE;
+	if (req->expect_etag && req->expect_etag[0] && resp->etag[0] &&
+	    strcmp(resp->etag, req->expect_etag) != 0)
+		return -ESTALE;
+	if (resp->got != req->len) {
+		MCFS_ERR("%s: bytes %" PRIu64 "-%" PRIu64 ": got %zu of %zu bytes", what, req->off,
+			 req->off + req->len - 1, resp->got, req->len);
+		return -EIO;
+	}
+	return 0;
+}
+
+static int status_errno(long status)
+{
+	if (status >= 200 && status < 400)
+		return 0;
+	switch (status) {
+	case 404:
+	case 410:
+		return -ENOENT;
+	case 401:
+	case 403:
+		return -EACCES;
+	case 412:
+		return -ESTALE;
+	case 416:
+		return -ERANGE;
+	default:
+		return -EIO;
+	}
+}
+
+static void sleep_ms(unsigned ms)
+{
+	struct timespec ts = {.tv_sec = ms / 1000, .tv_nsec = (long)(ms % 1000) * 1000000};
+
+	while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
+		;
+}
+
+static void log_failure(const struct remote_req *req, const char *what, CURLcode cc,
+			const char *errbuf, long status, unsigned attempts)
+{
+	char range[64] = "";
+
+	if (req->len > 0)
+		snprintf(range, sizeof(range), " bytes %" PRIu64 "-%" PRIu64, req->off,
+			 req->off + req->len - 1);
+	if (cc != CURLE_OK)
+		MCFS_ERR("%s %s%s failed after %u attempt(s): %s", req->method, what, range,
+			 attempts, errbuf[0] ? errbuf : curl_easy_strerror(cc));
+	else
+		MCFS_ERR("%s %s%s failed after %u attempt(s): HTTP %ld", req->method, what, range,
+			 attempts, status);
+}
+
+int remote_fetch_do(struct remote_fetch *f, const struct remote_req *req, struct remote_resp *resp)
+{
+	static _Thread_local unsigned seed;
+	char errbuf[CURL_ERROR_SIZE], range[64], what[REMOTE_URL_MAX];
+	unsigned attempt, max_attempts = f->r->cfg->retries + 1;
+	struct curl_slist *hdrs = NULL;
+	struct xfer x = {.req = req, .resp = resp};
+	CURLcode cc = CURLE_OK;
+	CURL *h;
+	int rc = 0;
+
+	if (!seed)
+		seed = (unsigned)mcfs_now_ns() ^ (unsigned)(uintptr_t)&x;
+	remote_url_redact(req->what ? req->what : req->url, what, sizeof(what));
+	memset(resp, 0, sizeof(*resp));
+	reset_resp(resp);
+	x.cap = req->len ? ERROR_BODY_MAX : MCFS_MAX(req->max_body, (size_t)ERROR_BODY_MAX);
+	h = pool_get(f);
+	if (!h)
+		return -ENOMEM;
+	if (setup(f, h, req, &x, &hdrs, range, sizeof(range)) < 0) {
+		curl_slist_free_all(hdrs);
+		pool_put(f, h);
+		return -ENOMEM;
+	}
+	curl_easy_setopt(h, CURLOPT_ERRORBUFFER, errbuf);
+	for (attempt = 0; attempt < max_attempts; attempt++) {
+		if (attempt > 0) {
+			unsigned ms = remote_backoff_ms(attempt - 1, &seed);
+
+			if (resp->retry_after_s * 1000 > ms)
+				ms = MCFS_MIN(resp->retry_after_s * 1000, (unsigned)BACKOFF_CAP_MS);
+			MCFS_DEBUG("%s %s: retry %u in %u ms", req->method, what, attempt, ms);
+			sleep_ms(ms);
+			remote_count(&f->r->retries, 1);
+			remote_count(&f->r->requests, 1);
+		}
+		errbuf[0] = '\0';
+		reset_resp(resp);
+		x.overflow = x.unranged = false;
+		cc = curl_easy_perform(h);
+		if (cc == CURLE_WRITE_ERROR && x.unranged) {
+			/* If-Range failed (another version) or the server ignores Range */
+			rc =
+			    req->if_range && resp->etag[0] && strcmp(resp->etag, req->if_range) != 0
+				? -ESTALE
+				: -EIO;
+			if (rc == -EIO)
+				MCFS_ERR(
+				    "%s %s: the server ignored the Range header (HTTP 200 with "
+				    "%" PRId64 " bytes)",
+				    req->method, what, resp->total);
+			goto out;
+		}
+		if (cc == CURLE_WRITE_ERROR && x.overflow) {
+			MCFS_ERR("%s %s: the server sent more bytes than asked (%zu)", req->method,
+				 what, req->len ? req->len : x.cap);
+			rc = -EIO;
+			goto out;
+		}
+		if (!remote_retryable(cc, resp->status) || attempt + 1 >= max_attempts)
+			break;
+		MCFS_INFO("%s %s: %s; retrying (%u of %u)", req->method, what,
+			  cc != CURLE_OK ? (errbuf[0] ? errbuf : curl_easy_strerror(cc))
+					 : (resp->status == 429 ? "HTTP 429" : "HTTP 5xx"),
+			  attempt + 1, max_attempts - 1);
+	}
+	if (cc != CURLE_OK) {
+		log_failure(req, what, cc, errbuf, 0, MCFS_MIN(attempt + 1, max_attempts));
+		rc = -EIO;
+		goto out;
+	}
+	rc = status_errno(resp->status);
+	if (rc == -EIO)
+		log_failure(req, what, cc, errbuf, resp->status,
+			    MCFS_MIN(attempt + 1, max_attempts));
+	else if (rc == -ENOENT && !req->quiet_404)
+		MCFS_WARN("%s %s: not found (HTTP %ld)", req->method, what, resp->status);
+	if (rc == 0 && req->len > 0 && resp->status < 300)
+		rc = check_range(req, resp, what);
+out:
+	curl_easy_setopt(h, CURLOPT_ERRORBUFFER, NULL);
+	curl_slist_free_all(hdrs);
+	pool_put(f, h);
+	return rc;
+}

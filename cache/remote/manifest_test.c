@@ -1,0 +1,168 @@
+/*
+ * manifest_test.c - unit tests of the http store's listings: the manifest
+ * writer and parser round trip (files, directories, symlinks, implied
+ * parents), refusal of escaping paths, and nginx autoindex JSON pages.
+ * Exits 0 on pass, 1 on failure.
+ */
+#define _GNU_SOURCE
+#include "manifest.h"
+#include "net_int.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+static int failures;
+
+#define CHECK(cond)                                                                                \
+	do {                                                                                       \
+		if (!(cond)) {                                                                     \
+			fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__, __LINE__, #cond);   \
+			failures++;                                                                \
+		}                                                                                  \
+	} while (0)
+
+static const char manual[] =
+    "{\"format\": \"mcfs-manifest\", \"version\": 1, \"entries\": ["
+    "{\"path\": \"a/b/c.bin\", \"type\": \"file\", \"size\": 5000000000, \"mtime\": 100,"
+    " \"mtime_nsec\": 7, \"etag\": \"\\\"64-12a05f200\\\"\"},"
+    "{\"path\": \"a\", \"type\": \"dir\", \"mtime\": 50},"
+    "{\"path\": \"top.txt\", \"type\": \"file\", \"size\": 3},"
+    "{\"path\": \"../evil\", \"type\": \"file\", \"size\": 1},"
+    "{\"path\": \"/abs\", \"type\": \"file\", \"size\": 1},"
+    "{\"path\": \"x//y\", \"type\": \"file\", \"size\": 1},"
+    "{\"path\": \"ln\", \"type\": \"symlink\", \"target\": \"a/b/c.bin\"}]}";
+
+static void test_parse(void)
+{
+	struct remote_manifest *m = NULL;
+	struct remote_dirent *e = NULL;
+	struct remote_attr a;
+	const char *target = NULL;
+	size_t n = 0;
+
+	CHECK(remote_manifest_parse(manual, strlen(manual), &m) == 0);
+	if (!m)
+		return;
+	/* a, a/b (implied), a/b/c.bin, top.txt, ln; the three escaping paths dropped */
+	CHECK(remote_manifest_count(m) == 5);
+	CHECK(remote_manifest_stat(m, "a/b/c.bin", &a, NULL) == 0);
+	CHECK(S_ISREG(a.mode) && a.size == 5000000000ULL);
+	CHECK(a.mtime_ns == 100LL * 1000000000 + 7);
+	CHECK(strcmp(a.version, "\"64-12a05f200\"") == 0);
+	CHECK(remote_manifest_stat(m, "a", &a, NULL) == 0);
+	CHECK(S_ISDIR(a.mode) && a.mtime_ns == 50LL * 1000000000);
+	CHECK(remote_manifest_stat(m, "a/b", &a, NULL) == 0 && S_ISDIR(a.mode));
+	CHECK(remote_manifest_stat(m, "", &a, NULL) == 0 && S_ISDIR(a.mode));
+	CHECK(remote_manifest_stat(m, "ln", &a, &target) == 0 && S_ISLNK(a.mode));
+	CHECK(target && strcmp(target, "a/b/c.bin") == 0);
+	CHECK(remote_manifest_stat(m, "nope", &a, NULL) == -ENOENT);
+	CHECK(remote_manifest_stat(m, "x", &a, NULL) == -ENOENT);
+
+	CHECK(remote_manifest_list(m, "", &e, &n) == 0);
+	CHECK(n == 3);
+	if (n == 3) {
+		CHECK(strcmp(e[0].name, "a") == 0);
+		CHECK(strcmp(e[1].name, "ln") == 0);
+		CHECK(strcmp(e[2].name, "top.txt") == 0);
+	}
+	free(e);
+	CHECK(remote_manifest_list(m, "a", &e, &n) == 0);
+	CHECK(n == 1 && strcmp(e[0].name, "b") == 0);
+	free(e);
+	CHECK(remote_manifest_list(m, "a/b", &e, &n) == 0);
+	CHECK(n == 1 && strcmp(e[0].name, "c.bin") == 0);
+	free(e);
+	CHECK(remote_manifest_list(m, "top.txt", &e, &n) == -ENOTDIR);
+	CHECK(remote_manifest_list(m, "zzz", &e, &n) == -ENOENT);
+	remote_manifest_free(m);
+
+	CHECK(remote_manifest_parse("[1,2]", 5, &m) == -EINVAL);
+	CHECK(remote_manifest_parse("{not json", 9, &m) == -EINVAL);
+}
+
+static void test_roundtrip(const char *base)
+{
+	char dir[512], p[600], *buf = NULL;
+	struct remote_manifest *m = NULL;
+	struct remote_dirent *e = NULL;
+	struct remote_attr a;
+	size_t len = 0, n = 0;
+	FILE *mem;
+	int fd;
+
+	snprintf(dir, sizeof(dir), "%s/manifest_test.XXXXXX", base);
+	if (!mkdtemp(dir)) {
+		CHECK(!"mkdtemp");
+		return;
+	}
+	snprintf(p, sizeof(p), "%s/sub", dir);
+	CHECK(mkdir(p, 0755) == 0);
+	snprintf(p, sizeof(p), "%s/sub/w.bin", dir);
+	fd = open(p, O_CREAT | O_WRONLY, 0644);
+	CHECK(fd >= 0 && write(fd, "hello", 5) == 5);
+	close(fd);
+	snprintf(p, sizeof(p), "%s/link", dir);
+	CHECK(symlink("sub/w.bin", p) == 0);
+	snprintf(p, sizeof(p), "%s/" REMOTE_MANIFEST_NAME, dir);
+	fd = open(p, O_CREAT | O_WRONLY, 0644);
+	close(fd);
+
+	mem = open_memstream(&buf, &len);
+	CHECK(remote_manifest_write(dir, mem) == 0);
+	fclose(mem);
+	CHECK(remote_manifest_parse(buf, len, &m) == 0);
+	if (m) {
+		CHECK(remote_manifest_count(m) == 3); /* sub, sub/w.bin, link; not itself */
+		CHECK(remote_manifest_stat(m, "sub/w.bin", &a, NULL) == 0 && a.size == 5);
+		CHECK(a.version[0] == '"');
+		CHECK(remote_manifest_stat(m, "link", &a, NULL) == 0 && S_ISLNK(a.mode));
+		CHECK(remote_manifest_list(m, "sub", &e, &n) == 0 && n == 1);
+		free(e);
+		remote_manifest_free(m);
+	}
+	free(buf);
+	CHECK(remote_manifest_write("/nonexistent/dir", stdout) == -ENOENT);
+	snprintf(p, sizeof(p), "rm -rf '%s'", dir);
+	CHECK(system(p) == 0);
+}
+
+static void test_autoindex(void)
+{
+	static const char page[] =
+	    "[\n{ \"name\":\"model.bin\", \"type\":\"file\", \"mtime\":\"Wed, 22 Nov 2023 "
+	    "10:00:00 GMT\", \"size\":1073741824 },\n"
+	    "{ \"name\":\"sub\", \"type\":\"directory\", \"mtime\":\"Wed, 22 Nov 2023 10:00:00 "
+	    "GMT\" },\n{ \"name\":\"sock\", \"type\":\"other\" }\n]";
+	struct remote_dirent *e = NULL;
+	size_t n = 0;
+
+	CHECK(remote_autoindex_parse(page, sizeof(page) - 1, &e, &n) == 0);
+	CHECK(n == 2);
+	if (n == 2) {
+		CHECK(strcmp(e[0].name, "model.bin") == 0 && S_ISREG(e[0].attr.mode));
+		CHECK(e[0].attr.size == 1073741824ULL);
+		CHECK(e[0].attr.mtime_ns == 1700647200LL * 1000000000);
+		CHECK(strcmp(e[1].name, "sub") == 0 && S_ISDIR(e[1].attr.mode));
+	}
+	free(e);
+	CHECK(remote_autoindex_parse("<html>", 6, &e, &n) == -EINVAL);
+}
+
+int main(int argc, char **argv)
+{
+	mcfs_log_setup(MCFS_LOG_ERR, false);
+	test_parse();
+	test_roundtrip(argc > 1 ? argv[1] : "/tmp");
+	test_autoindex();
+	if (failures) {
+		fprintf(stderr, "manifest_test: %d failure(s)\n", failures);
+		return 1;
+	}
+	printf("manifest_test: ok\n");
+	return 0;
+}

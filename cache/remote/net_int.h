@@ -1,0 +1,91 @@
+/*
+ * net_int.h - pure helpers of the http and s3 backends (parsers, credential
+ * lookup), shared between their .c files and their unit tests. Not for use
+ * outside cache/remote/. Nothing here does I/O on the network.
+ */
+#ifndef MCFS_NET_INT_H
+#define MCFS_NET_INT_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "remote_int.h"
+
+/* ---- s3.c / s3_xml.c ---- */
+
+/* One page of a ListObjectsV2 answer, appended to by remote_s3_parse_list(). */
+struct remote_s3_page {
+	struct remote_dirent *ents; /* caller frees with free() */
+	size_t n, cap;
+	bool truncated;	  /* IsTruncated */
+	char token[2048]; /* NextContinuationToken; "" if none */
+	char code[64];	  /* <Error><Code>, "" if not an error document */
+	unsigned refused; /* keys dropped because they would escape the mount */
+};
+
+/*
+ * Parses a ListObjectsV2 (or <Error>) document. Keys and CommonPrefixes are
+ * made relative to @prefix (the listed directory's key prefix, '/'-ended or
+ * ""); the directory marker (key == prefix) is skipped; names that are empty,
+ * "." or ".." or hold a '/' are refused (counted in page->refused, logged).
+ * Returns 0, -EIO for malformed XML, -ENOMEM.
+ */
+MCFS_MUST_CHECK int remote_s3_parse_list(const char *xml, size_t len, const char *prefix,
+					 struct remote_s3_page *page);
+
+struct remote_creds {
+	char access_key[256];
+	char secret_key[256];
+	char session_token[2048];
+	char source[192]; /* where they came from, for the log: "config", "environment", ... */
+};
+
+/*
+ * Reads [profile] from an AWS shared credentials file (INI). Returns 0 with
+ * keys filled, -ENOENT if the file or profile is missing or has no keys,
+ * -EINVAL if the file does not parse.
+ */
+MCFS_MUST_CHECK int remote_aws_profile_load(const char *file, const char *profile,
+					    struct remote_creds *out);
+
+/*
+ * Resolves credentials: cfg keys, then AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY
+ * (/AWS_SESSION_TOKEN), then the profile (cfg->profile, AWS_PROFILE or
+ * "default") in AWS_SHARED_CREDENTIALS_FILE or $HOME/.aws/credentials.
+ * Returns 0, or -ENOENT when none are found.
+ */
+MCFS_MUST_CHECK int remote_creds_resolve(const struct cfg *cfg, struct remote_creds *out);
+
+/* ---- manifest.c: the http store's JSON listing ---- */
+
+struct remote_manifest;
+
+/*
+ * Parses a manifest (see manifest.h for the format) or, when @autoindex, one
+ * nginx `autoindex_format json` page (then only top-level names). Entries
+ * whose path would escape the mount are refused and logged. Returns 0 with
+ * *out set (free with remote_manifest_free()), or -EINVAL / -ENOMEM.
+ */
+MCFS_MUST_CHECK int remote_manifest_parse(const char *json, size_t len,
+					  struct remote_manifest **out);
+void remote_manifest_free(struct remote_manifest *m);
+
+/* Looks a path up. Returns 0 with attr (and symlink target, if any) or -ENOENT. */
+MCFS_MUST_CHECK int remote_manifest_stat(const struct remote_manifest *m, const char *path,
+					 struct remote_attr *attr, const char **target);
+
+/* Lists a directory: 0 with a malloc'd array, -ENOENT, -ENOTDIR, -ENOMEM. */
+MCFS_MUST_CHECK int remote_manifest_list(const struct remote_manifest *m, const char *path,
+					 struct remote_dirent **out, size_t *n);
+
+/* Number of entries (files, dirs, links). */
+size_t remote_manifest_count(const struct remote_manifest *m);
+
+/*
+ * Parses one nginx autoindex JSON page into entries (no versions: the caller
+ * stats a file before it opens it). Returns 0, -EINVAL, -ENOMEM.
+ */
+MCFS_MUST_CHECK int remote_autoindex_parse(const char *json, size_t len, struct remote_dirent **out,
+					   size_t *n);
+
+#endif

@@ -1,0 +1,354 @@
+/*
+ * copy.c - the copy engine: moves the blocks behind a load request from the
+ * RAM tier into the caller's device buffer.
+ *
+ * Flow of one load (one FUSE worker thread, start to end):
+ *
+ *   prefetch cursor ──cache_prefetch()──► fetch threads fill slots ahead
+ *   copy cursor ──cache_block_get()──► cudaMemcpyAsync(stream k) + event
+ *                                   └─► ring of held blocks; the oldest is
+ *                                       released once its event has fired
+ *
+ * The whole request is known up front, so the prefetch cursor runs ahead of
+ * the copy by up to a quarter of the RAM tier, bounded again by the cache's
+ * prefetch budget (cache_prefetch says -EAGAIN when it is spent; we try again
+ * after the next block). The copy holds at most `window` blocks: a block's
+ * reference is dropped only after the DMA that reads it has completed, so a
+ * slot is never reused under a copy. Blocks of pinned chunks go in one DMA;
+ * others (pinning still running, or it failed) through CUDA's pageable path.
+ *
+ * Between blocks the caller's interrupt callback is polled (a FUSE interrupt:
+ * Ctrl-C in the loader); the copies in flight are then drained, every
+ * reference dropped, and -EINTR returned.
+ */
+#define _GNU_SOURCE
+#include "gpu_int.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- stream sets ------------------------------------------------------- */
+
+static void destroy_streams(struct gpu *g, struct gpu_streams *s)
+{
+	int i;
+
+	(void)cudaSetDevice(g->devs[s->dev].ordinal);
+	for (i = 0; i < GPU_NSTREAMS; i++)
+		if (s->s[i])
+			(void)cudaStreamDestroy(s->s[i]);
+	for (i = 0; i < GPU_WINDOW; i++)
+		if (s->ev[i])
+			(void)cudaEventDestroy(s->ev[i]);
+	free(s);
+}
+
+int gpu_streams_get(struct gpu *g, int dev, struct gpu_streams **out)
+{
+	struct gpu_streams **pp, *s;
+	cudaError_t e = cudaSuccess;
+	int i;
+
+	pthread_mutex_lock(&g->lock);
+	for (pp = &g->pool; (s = *pp); pp = &s->next)
+		if (s->dev == dev)
+			break;
+	if (s)
+		*pp = s->next;
+	pthread_mutex_unlock(&g->lock);
+	if (s) {
+		*out = s;
+		return 0;
+	}
+	s = calloc(1, sizeof(*s));
+	if (!s)
+		return -ENOMEM;
+	s->dev = dev;
+	for (i = 0; i < GPU_NSTREAMS && e == cudaSuccess; i++)
+		e = cudaStreamCreateWithFlags(&s->s[i], cudaStreamNonBlocking);
+	for (i = 0; i < GPU_WINDOW && e == cudaSuccess; i++)
+		e = cudaEventCreateWithFlags(&s->ev[i],
+					     cudaEventDisableTiming | cudaEventBlockingSync);
+	if (e != cudaSuccess) {
+		MCFS_ERR("gpu: cannot create streams on device %d: %s", g->devs[dev].ordinal,
+			 cudaGetErrorString(e));
+		destroy_streams(g, s);
+		return gpu_errno(e) == -ENOMEM ? -ENOMEM : -ENODEV;
+	}
+	*out = s;
+	return 0;
+}
+
+void gpu_streams_put(struct gpu *g, struct gpu_streams *s)
+{
+	pthread_mutex_lock(&g->lock);
+	s->next = g->pool;
+	g->pool = s;
+	pthread_mutex_unlock(&g->lock);
+}
+
+void gpu_streams_free_all(struct gpu *g)
+{
+	struct gpu_streams *s, *next;
+
+	pthread_mutex_lock(&g->lock);
+	s = g->pool;
+	g->pool = NULL;
+	pthread_mutex_unlock(&g->lock);
+	for (; s; s = next) {
+		next = s->next;
+		destroy_streams(g, s);
+	}
+}
+
+/* ---- walking the ranges block by block --------------------------------- */
+
+struct cursor {
+	const struct mcfs_range *r;
+	unsigned n, ri; /* ranges, current range */
+	uint64_t off;	/* next file offset within r[ri] */
+	uint64_t bs;	/* block size */
+	uint64_t taken; /* pieces returned so far */
+};
+
+/* One copy: part of one block into the buffer. */
+struct piece {
+	uint64_t index; /* block */
+	size_t boff;	/* offset in the block */
+	size_t len;
+	uint64_t dst; /* offset from the buffer start */
+};
+
+static void cursor_init(struct cursor *c, const struct mcfs_range *r, unsigned n, uint64_t bs)
+{
+	memset(c, 0, sizeof(*c));
+	c->r = r;
+	c->n = n;
+	c->bs = bs;
+	if (n)
+		c->off = r[0].file_off;
+}
+
+static bool next_piece(struct cursor *c, struct piece *p)
+{
+	const struct mcfs_range *r;
+	uint64_t left;
+
+	while (c->ri < c->n && c->off >= c->r[c->ri].file_off + c->r[c->ri].len) {
+		c->ri++;
+		if (c->ri < c->n)
+			c->off = c->r[c->ri].file_off;
+	}
+	if (c->ri == c->n)
+		return false;
+	r = &c->r[c->ri];
+	left = r->file_off + r->len - c->off;
+	p->index = c->off / c->bs;
+	p->boff = (size_t)(c->off % c->bs);
+	p->len = (size_t)MCFS_MIN(c->bs - p->boff, left);
+	p->dst = r->dst_off + (c->off - r->file_off);
+	c->off += p->len;
+	c->taken++;
+	return true;
+}
+
+/* ---- one load ------------------------------------------------------------ */
+
+struct load {
+	struct gpu *g;
+	struct cache_file *f;
+	struct gpu_streams *s;
+	int dev;
+	char *dbase;	 /* device address of the buffer start */
+	unsigned window; /* blocks held at most */
+	uint64_t ahead;	 /* prefetch lead, blocks */
+	struct cache_block *ring[GPU_WINDOW];
+	unsigned head, count; /* ring: oldest, how many held */
+	uint64_t issued;      /* copies issued (picks the stream) */
+	struct cursor cp, pf; /* copy and prefetch cursors */
+	uint64_t pf_last;     /* last block index prefetched */
+	bool pf_done;
+};
+
+static int retire_oldest(struct load *l)
+{
+	cudaError_t e;
+
+	e = cudaEventSynchronize(l->s->ev[l->head]);
+	cache_block_put(l->g->cache, l->ring[l->head]);
+	l->head = (l->head + 1) % l->window;
+	l->count--;
+	if (e != cudaSuccess) {
+		MCFS_ERR("gpu: copy to device %d failed: %s", l->g->devs[l->dev].ordinal,
+			 cudaGetErrorString(e));
+		gpu_dev_broken(l->g, l->dev, e);
+		return gpu_errno(e) == -ENODEV ? -ENODEV : -EIO;
+	}
+	return 0;
+}
+
+static void top_up_prefetch(struct load *l)
+{
+	struct piece p;
+
+	if (l->pf_done)
+		return;
+	if (l->pf.taken < l->cp.taken) /* fell behind after -EAGAIN: skip ahead */
+		l->pf = l->cp;
+	while (l->pf.taken < l->cp.taken + l->ahead) {
+		struct cursor save = l->pf;
+
+		if (!next_piece(&l->pf, &p)) {
+			l->pf_done = true;
+			return;
+		}
+		if (p.index == l->pf_last)
+			continue;
+		if (cache_prefetch(l->g->cache, l->f, p.index) == -EAGAIN) {
+			l->pf = save; /* budget full: retry this block next time */
+			return;
+		}
+		l->pf_last = p.index;
+	}
+}
+
+static int copy_one(struct load *l, const struct piece *p, struct gpu_load_result *res)
+{
+	struct cache_block *b;
+	cudaStream_t st = l->s->s[l->issued % GPU_NSTREAMS];
+	unsigned slot = (l->head + l->count) % l->window;
+	const char *src;
+	cudaError_t e;
+	int rc;
+
+	rc = cache_block_get(l->g->cache, l->f, p->index, &b);
+	if (rc < 0)
+		return rc;
+	src = cache_block_data(b) + p->boff;
+	if (p->boff + p->len > cache_block_len(b)) {
+		/* the file shrank under a cached identity: cannot happen for one version */
+		cache_block_put(l->g->cache, b);
+		return -EIO;
+	}
+	if (!gpu_is_pinned(l->g, src, p->len))
+		res->unpinned++;
+	e = cudaMemcpyAsync(l->dbase + p->dst, src, p->len, cudaMemcpyHostToDevice, st);
+	if (e == cudaSuccess)
+		e = cudaEventRecord(l->s->ev[slot], st);
+	if (e != cudaSuccess) {
+		(void)cudaStreamSynchronize(st); /* the copy may still read the block */
+		cache_block_put(l->g->cache, b);
+		MCFS_ERR("gpu: cudaMemcpyAsync of %zu bytes (block %llu of %s) to device %d: %s",
+			 p->len, (unsigned long long)p->index, cache_file_path(l->f),
+			 l->g->devs[l->dev].ordinal, cudaGetErrorString(e));
+		gpu_dev_broken(l->g, l->dev, e);
+		return gpu_errno(e) == -ENODEV ? -ENODEV : -EIO;
+	}
+	l->ring[slot] = b;
+	l->count++;
+	l->issued++;
+	res->bytes += p->len;
+	res->blocks++;
+	return 0;
+}
+
+static int run_copy(struct load *l, gpu_interrupted_fn intr, void *arg, struct gpu_load_result *res)
+{
+	struct piece p;
+	int rc = 0, rc2;
+
+	for (;;) {
+		if (intr && intr(arg)) {
+			rc = -EINTR;
+			break;
+		}
+		if (l->count == l->window) {
+			rc = retire_oldest(l);
+			if (rc < 0)
+				break;
+		}
+		top_up_prefetch(l);
+		if (!next_piece(&l->cp, &p))
+			break;
+		rc = copy_one(l, &p, res);
+		if (rc < 0)
+			break;
+	}
+	while (l->count) {
+		rc2 = retire_oldest(l);
+		if (rc == 0)
+			rc = rc2;
+	}
+	return rc;
+}
+
+/* Every destination must lie inside the allocation and the caller's dst_size. */
+static int check_dst(const struct gpu_ipc *e, const struct mcfs_load_req *req,
+		     const struct mcfs_range *r, unsigned n)
+{
+	uint64_t lim, end;
+	unsigned i;
+
+	if (req->dst_offset > e->size)
+		return -EOVERFLOW;
+	lim = e->size - req->dst_offset;
+	if (req->dst_size)
+		lim = MCFS_MIN(lim, req->dst_size);
+	for (i = 0; i < n; i++)
+		if (__builtin_add_overflow(r[i].dst_off, r[i].len, &end) || end > lim)
+			return -EOVERFLOW;
+	return 0;
+}
+
+int gpu_load(struct gpu *g, struct cache_file *f, const struct mcfs_load_req *req,
+	     const struct mcfs_range *ranges, unsigned nranges, pid_t owner,
+	     gpu_interrupted_fn intr, void *intr_arg, struct gpu_load_result *res)
+{
+	struct load l = {.g = g, .f = f, .pf_last = UINT64_MAX};
+	uint64_t nslots;
+	struct gpu_ipc *e;
+	cudaError_t err;
+	int rc;
+
+	memset(res, 0, sizeof(*res));
+	if (!g || !g->ok)
+		return -ENODEV;
+	rc = gpu_find_dev(g, req);
+	if (rc < 0)
+		return rc;
+	l.dev = rc;
+	if (atomic_load(&g->devs[l.dev].broken))
+		return -ENODEV;
+	err = cudaSetDevice(g->devs[l.dev].ordinal); /* FUSE worker threads start with none */
+	if (err != cudaSuccess) {
+		MCFS_WARN("gpu: cannot use device %d: %s", g->devs[l.dev].ordinal,
+			  cudaGetErrorString(err));
+		return -ENODEV;
+	}
+	rc = gpu_ipc_acquire(g, req->ipc_handle, l.dev, owner, &e);
+	if (rc < 0)
+		return rc;
+	rc = check_dst(e, req, ranges, nranges);
+	if (rc < 0) {
+		MCFS_WARN("gpu: load of %s: a destination lies past the caller's buffer "
+			  "(allocation %zu bytes, dst_offset %llu, dst_size %llu)",
+			  cache_file_path(f), e->size, (unsigned long long)req->dst_offset,
+			  (unsigned long long)req->dst_size);
+		gpu_ipc_release(g, e, req->flags & MCFS_LOAD_F_CLOSE);
+		return rc;
+	}
+	rc = gpu_streams_get(g, l.dev, &l.s);
+	if (rc == 0) {
+		nslots = g->cfg->ram_cache / g->cfg->block_size;
+		l.window = (unsigned)MCFS_MAX(1, MCFS_MIN((uint64_t)GPU_WINDOW, nslots / 8));
+		l.ahead = MCFS_MAX((uint64_t)l.window, nslots / 4);
+		l.dbase = (char *)e->base + req->dst_offset;
+		cursor_init(&l.cp, ranges, nranges, g->cfg->block_size);
+		l.pf = l.cp;
+		rc = run_copy(&l, intr, intr_arg, res);
+		gpu_streams_put(g, l.s);
+	}
+	gpu_ipc_release(g, e, req->flags & MCFS_LOAD_F_CLOSE);
+	return rc;
+}

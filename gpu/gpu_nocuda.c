@@ -1,0 +1,72 @@
+/*
+ * gpu_nocuda.c - the GPU module of a build without the CUDA toolkit
+ * (MCFS_HAVE_CUDA off): the same interface, always answering -ENODEV with
+ * the reason, so that fs/ and the clients need no #ifdef. A build with CUDA
+ * compiles gpu.c, ipc.c and copy.c instead of this file.
+ */
+#define _GNU_SOURCE
+#include "gpu.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define NO_CUDA "mcfs was built without the CUDA toolkit"
+
+struct gpu {
+	struct cache *cache; /* borrowed */
+};
+
+int gpu_new(const struct cfg *cfg, struct cache *cache, struct gpu **out)
+{
+	struct gpu *g;
+
+	(void)cfg;
+	g = calloc(1, sizeof(*g));
+	if (!g)
+		return -ENOMEM;
+	g->cache = cache;
+	MCFS_INFO("gpu: GPU fast path off: " NO_CUDA);
+	*out = g;
+	return 0;
+}
+
+void gpu_free(struct gpu *g)
+{
+	free(g);
+}
+
+int gpu_status(struct gpu *g, char *reason, size_t len)
+{
+	(void)g;
+	if (reason && len)
+		snprintf(reason, len, "%s", NO_CUDA);
+	return -ENODEV;
+}
+
+void gpu_info(struct gpu *g, struct mcfs_info *info)
+{
+	(void)g;
+	info->gpu_ok = 0;
+	info->devices = 0;
+	info->ram_bytes = 0;
+	info->pinned_bytes = 0;
+	snprintf(info->reason, sizeof(info->reason), "%s", NO_CUDA);
+}
+
+int gpu_load(struct gpu *g, struct cache_file *f, const struct mcfs_load_req *req,
+	     const struct mcfs_range *ranges, unsigned nranges, pid_t owner,
+	     gpu_interrupted_fn intr, void *intr_arg, struct gpu_load_result *res)
+{
+	(void)g;
+	(void)f;
+	(void)req;
+	(void)ranges;
+	(void)nranges;
+	(void)owner;
+	(void)intr;
+	(void)intr_arg;
+	memset(res, 0, sizeof(*res));
+	return -ENODEV;
+}

@@ -1,0 +1,110 @@
+"""The ioctl ABI of an mcfs mount, mirrored from fs/mcfs_ioctl.h with ctypes.
+
+The sizes are part of the ABI and are asserted at import, so a drift between
+this file and the C header fails loudly instead of sending a misread struct.
+"""
+import ctypes
+import errno
+import fcntl
+
+ABI = 1
+IPC_HANDLE_SIZE = 64
+LOAD_MAX_RANGES = 512
+LOAD_F_CLOSE = 0x1
+
+
+class Range(ctypes.Structure):
+    _fields_ = [("file_off", ctypes.c_uint64), ("len", ctypes.c_uint64),
+                ("dst_off", ctypes.c_uint64)]
+
+
+class LoadReq(ctypes.Structure):
+    _fields_ = [
+        ("abi_version", ctypes.c_uint32),
+        ("flags", ctypes.c_uint32),
+        ("ipc_handle", ctypes.c_uint8 * IPC_HANDLE_SIZE),
+        ("device_uuid", ctypes.c_uint8 * 16),
+        ("device", ctypes.c_int32),
+        ("nranges", ctypes.c_uint32),
+        ("dst_offset", ctypes.c_uint64),
+        ("dst_size", ctypes.c_uint64),
+        ("ranges", Range * LOAD_MAX_RANGES),
+        ("bytes", ctypes.c_uint64),
+        ("ns", ctypes.c_uint64),
+        ("blocks", ctypes.c_uint64),
+        ("data_offset", ctypes.c_uint64),
+        ("unpinned", ctypes.c_uint64),
+        ("reserved", ctypes.c_uint64 * 3),
+    ]
+
+
+class PrefetchReq(ctypes.Structure):
+    _fields_ = [
+        ("abi_version", ctypes.c_uint32),
+        ("flags", ctypes.c_uint32),
+        ("offset", ctypes.c_uint64),
+        ("length", ctypes.c_uint64),
+        ("blocks_started", ctypes.c_uint64),
+        ("blocks_cached", ctypes.c_uint64),
+        ("blocks_total", ctypes.c_uint64),
+        ("next_offset", ctypes.c_uint64),
+    ]
+
+
+class Info(ctypes.Structure):
+    _fields_ = [
+        ("abi_version", ctypes.c_uint32),
+        ("flags", ctypes.c_uint32),
+        ("daemon_abi", ctypes.c_uint32),
+        ("gpu_ok", ctypes.c_uint32),
+        ("devices", ctypes.c_uint32),
+        ("pad", ctypes.c_uint32),
+        ("block_size", ctypes.c_uint64),
+        ("ram_bytes", ctypes.c_uint64),
+        ("pinned_bytes", ctypes.c_uint64),
+        ("reason", ctypes.c_char * 256),
+    ]
+
+
+assert ctypes.sizeof(Range) == 24
+assert ctypes.sizeof(LoadReq) == 12464
+assert ctypes.sizeof(PrefetchReq) == 56
+assert ctypes.sizeof(Info) == 304
+
+
+def _iowr(typ, nr, size):
+    # asm-generic/ioctl.h: dir (2 bits, read|write = 3) << 30 | size << 16 | type << 8 | nr
+    return (3 << 30) | (size << 16) | (ord(typ) << 8) | nr
+
+
+IOC_LOAD = _iowr("m", 0x01, ctypes.sizeof(LoadReq))
+IOC_PREFETCH = _iowr("m", 0x02, ctypes.sizeof(PrefetchReq))
+IOC_INFO = _iowr("m", 0x03, ctypes.sizeof(Info))
+
+# What each errno means for a load (fs/mcfs_ioctl.h).
+LOAD_ERRORS = {
+    errno.EPROTO: "the mcfs daemon speaks another ioctl ABI version",
+    errno.ENOTTY: "not an mcfs file (or an mcfs too old for the GPU path)",
+    errno.EINVAL: "malformed load request",
+    errno.ERANGE: "a byte range past the end of the file",
+    errno.EBADMSG: "not a valid safetensors file",
+    errno.ENODEV: "the mcfs daemon has no usable GPU for this device",
+    errno.ENXIO: "the daemon could not open the buffer's CUDA IPC handle",
+    errno.EOVERFLOW: "a destination past the end of the device buffer",
+    errno.EINTR: "interrupted",
+    errno.EIO: "the store failed while reading the file",
+    errno.ENOMEM: "the daemon is out of memory",
+}
+
+
+def ioctl(fd, cmd, struct):
+    """Sends `struct` (read and written in place). Raises OSError."""
+    fcntl.ioctl(fd, cmd, struct, True)
+    return struct
+
+
+def info(fd):
+    """MCFS_IOC_INFO on an open fd; raises OSError (ENOTTY when not mcfs)."""
+    i = Info()
+    i.abi_version = ABI
+    return ioctl(fd, IOC_INFO, i)

@@ -1,0 +1,239 @@
+#!/usr/bin/env python3
+"""GPU load table: mcfs's ioctl fast path beside safetensors and the PCIe limit,
+all measured in one run on one machine (needs a CUDA GPU, torch and root).
+
+Rows (GB/s = 1e9 bytes/s of the data section; medians of --runs):
+  pinned H2D limit        torch copy from a pinned 1 GiB host buffer
+  pageable H2D            same from pageable memory
+  safetensors, page cache safetensors.torch.load_file(local file, device="cuda"), warm
+  safetensors via mcfs    the same through the mount (FUSE read path)
+  mcfs cold, posix store  mcfs.load_file, first load, source page cache dropped
+  mcfs RAM tier           mcfs.load_file again (blocks in the pinned RAM tier)
+  mcfs RAM tier, ioctl    one MCFS_IOC_LOAD into a preallocated buffer (daemon time)
+  mcfs cold, http store   nginx on loopback serving the same file (if nginx exists)
+  mcfs disk tier          only once the disk tier (issue 5) is in the tree
+
+    sudo MCFS_BIN=build/fs/mcfs python3 tests/bench/bench_gpu.py --size-gib 8 --out table.md
+"""
+import argparse
+import json
+import os
+import shutil
+import statistics
+import struct
+import subprocess
+import sys
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.join(ROOT, "gpu", "python"))
+sys.path.insert(0, os.path.join(ROOT, "tests"))
+
+import torch  # noqa: E402
+import mcfs  # noqa: E402
+from mcfs import _abi  # noqa: E402
+from mcfs._cuda import devbuf_from_ptr  # noqa: E402
+from conftest import mcfs_mount  # noqa: E402
+
+
+def log(*a):
+    print(*a, flush=True)
+
+
+def drop_caches():
+    subprocess.run(["sync"])
+    with open("/proc/sys/vm/drop_caches", "w") as f:
+        f.write("3\n")
+
+
+def pretouch():
+    # benchmarking.md: first touch of freed RAM is slow on these VMs
+    subprocess.run(["dd", "if=/dev/zero", "of=/dev/shm/pretouch", "bs=1M", "count=3072"],
+                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    os.unlink("/dev/shm/pretouch")
+
+
+def make_file(path, size):
+    """bf16 safetensors of ~size bytes: 64 tensors of random bits, made on the GPU."""
+    n = 64
+    per = (size // n) // 2 * 2
+    header = {"__metadata__": {"format": "pt"}}
+    for i in range(n):
+        header["layer.%02d.weight" % i] = {"dtype": "BF16", "shape": [per // 2],
+                                          "data_offsets": [i * per, (i + 1) * per]}
+    h = json.dumps(header).encode()
+    h += b" " * (-len(h) % 8)
+    g = torch.Generator(device="cuda").manual_seed(7)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(h)) + h)
+        for i in range(n):
+            t = torch.randint(0, 256, (per,), dtype=torch.uint8, device="cuda", generator=g)
+            f.write(t.cpu().numpy().tobytes())
+    return n * per
+
+
+def cuda_time(fn):
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    fn()
+    torch.cuda.synchronize()
+    return time.perf_counter() - t0
+
+
+def h2d_limit(runs, pinned):
+    n = 1 << 30
+    host = torch.empty(n, dtype=torch.uint8, pin_memory=pinned)
+    host.fill_(1)
+    dev = torch.empty(n, dtype=torch.uint8, device="cuda")
+    ts = [cuda_time(lambda: dev.copy_(host, non_blocking=True)) for _ in range(runs)]
+    return n / statistics.median(ts) / 1e9, ts
+
+
+def wait_pinned(path, timeout=300):
+    t0 = time.time()
+    while time.time() - t0 < timeout:
+        i = mcfs.info(path)
+        if i["pinned_bytes"] >= i["ram_bytes"]:
+            return i
+        time.sleep(0.2)
+    raise RuntimeError("RAM tier not pinned after %ds: %s" % (timeout, i))
+
+
+def ioctl_load(path, buf, nbytes):
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        db = devbuf_from_ptr(buf.data_ptr())
+        r = _abi.LoadReq(abi_version=_abi.ABI, device=db.device, dst_offset=db.offset,
+                         dst_size=nbytes)
+        r.ipc_handle[:] = db.handle
+        r.device_uuid[:] = db.uuid
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        _abi.ioctl(fd, _abi.IOC_LOAD, r)
+        return time.perf_counter() - t0, r
+    finally:
+        os.close(fd)
+
+
+def timed_load(fn, path):
+    out = {}
+
+    def run():
+        out["t"] = fn(path, device="cuda:0")
+    t = cuda_time(run)
+    n = sum(x.numel() * x.element_size() for x in out["t"].values())
+    del out["t"]
+    torch.cuda.empty_cache()
+    return t, n
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--size-gib", type=float, default=8)
+    ap.add_argument("--runs", type=int, default=5)
+    ap.add_argument("--dir", default="/tmp/mcfs-bench-gpu")
+    ap.add_argument("--out", default=None)
+    a = ap.parse_args()
+    from safetensors.torch import load_file as st_load
+
+    shutil.rmtree(a.dir, ignore_errors=True)
+    src, mnt = os.path.join(a.dir, "src"), os.path.join(a.dir, "mnt")
+    os.makedirs(src)
+    os.makedirs(mnt)
+    fpath = os.path.join(src, "model.safetensors")
+    size = int(a.size_gib * (1 << 30))
+    t0 = time.time()
+    data_len = make_file(fpath, size)
+    fsize = os.path.getsize(fpath)
+    log("made %s: %.2f GiB in %.1f s" % (fpath, fsize / (1 << 30), time.time() - t0))
+    rows = []
+
+    def row(name, secs, nbytes, note=""):
+        med = statistics.median(secs)
+        rows.append((name, nbytes / med / 1e9, med, len(secs), note))
+        log("%-34s %7.2f GB/s  median %.3f s of %d  %s" % (name, nbytes / med / 1e9, med,
+                                                           len(secs), note))
+
+    pretouch()
+    gbs, ts = h2d_limit(a.runs, True)
+    row("pinned H2D limit (torch, 1 GiB)", ts, 1 << 30)
+    gbs, ts = h2d_limit(a.runs, False)
+    row("pageable H2D (torch, 1 GiB)", ts, 1 << 30)
+
+    ts = []
+    for _ in range(a.runs):
+        subprocess.run(["cat", fpath], stdout=subprocess.DEVNULL)  # warm right before
+        t, n = timed_load(st_load, fpath)
+        ts.append(t)
+    row("safetensors, local page cache", ts, data_len)
+
+    ram = (fsize // (1 << 30) + 2) << 30
+    opts = ["ram_cache=%d" % ram, "readahead_max=256M"]
+    with mcfs_mount(src, mnt, opts=opts, timeout=60) as m:
+        mp = os.path.join(mnt, "model.safetensors")
+        t0 = time.time()
+        info = wait_pinned(mp)
+        log("pinned %.1f GiB RAM tier (waited %.1f s after mount); daemon log:\n%s"
+            % (info["ram_bytes"] / (1 << 30), time.time() - t0, m.log()))
+        drop_caches()
+        pretouch()
+        t, n = timed_load(mcfs.load_file, mp)
+        row("mcfs cold, posix store (local disk)", [t], n, "page cache dropped")
+        ts = [timed_load(mcfs.load_file, mp)[0] for _ in range(a.runs)]
+        row("mcfs RAM tier, mcfs.load_file", ts, data_len)
+        buf = torch.empty(data_len, dtype=torch.uint8, device="cuda")
+        ts, daemon = [], []
+        for _ in range(a.runs):
+            t, r = ioctl_load(mp, buf, data_len)
+            assert r.bytes == data_len and r.unpinned == 0, (r.bytes, r.unpinned)
+            ts.append(t)
+            daemon.append(r.ns / 1e9)
+        row("mcfs RAM tier, ioctl only", ts, data_len,
+            "daemon time %.3f s" % statistics.median(daemon))
+        # check the bytes once
+        want = st_load(fpath, device="cuda:0")
+        got = mcfs.load_file(mp, device="cuda:0")
+        same = all(torch.equal(got[k].view(torch.uint8), want[k].view(torch.uint8))
+                   for k in want)
+        log("bitwise equal to safetensors: %s" % same)
+        del want, got, buf
+        torch.cuda.empty_cache()
+        ts = [timed_load(st_load, mp)[0] for _ in range(2)]
+        row("safetensors via mcfs mount (FUSE)", ts, data_len, "runs: %s"
+            % ", ".join("%.2f s" % t for t in ts))
+        s = m.stats()
+        log("daemon stats: %s" % s)
+
+    from servers import Nginx, have_nginx
+    if have_nginx():
+        with Nginx(src) as ng:
+            with mcfs_mount(ng.url, mnt, opts=opts + ["connections=16"], timeout=60) as m:
+                mp = os.path.join(mnt, "model.safetensors")
+                wait_pinned(mp)
+                drop_caches()
+                pretouch()
+                t, n = timed_load(mcfs.load_file, mp)
+                row("mcfs cold, http store (nginx loopback)", [t], n, "16 connections")
+                ts = [timed_load(mcfs.load_file, mp)[0] for _ in range(a.runs)]
+                row("mcfs RAM tier (http store)", ts, data_len)
+    else:
+        log("not run: http store (nginx not installed)")
+    if not os.path.exists(os.path.join(ROOT, "cache", "disk.c")):
+        log("not run: disk tier (issue 5 is not in this tree)")
+
+    dev = torch.cuda.get_device_name(0)
+    lines = ["GPU load, %s, %.2f GiB bf16 safetensors (%d tensors), medians" %
+             (dev, fsize / (1 << 30), 64), "",
+             "| path | GB/s | median s | runs | note |", "|---|---|---|---|---|"]
+    for name, g, med, n, note in rows:
+        lines.append("| %s | %.2f | %.3f | %d | %s |" % (name, g, med, n, note))
+    table = "\n".join(lines)
+    print(table)
+    if a.out:
+        with open(a.out, "w") as f:
+            f.write(table + "\n")
+    shutil.rmtree(a.dir, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

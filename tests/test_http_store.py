@@ -1,0 +1,200 @@
+"""The http(s) store end to end: nginx from Debian on loopback serves a
+directory; mcfs mounts http://127.0.0.1:PORT and the bytes, listings and
+failure modes are checked against the directory itself.
+
+Listings come from the JSON manifest (`mcfs manifest`-format, written here by
+the test through the same layout) or from nginx's autoindex JSON. A
+fault-injecting proxy (faultproxy.py) between mcfs and nginx injects 503s and
+dropped connections.
+"""
+import errno
+import json
+import os
+import subprocess
+import time
+
+import pytest
+
+import remote_checks as rc
+from conftest import MCFS, mcfs_mount, need_root
+from faultproxy import FaultProxy
+from servers import Nginx, have_nginx
+
+pytestmark = pytest.mark.skipif(not have_nginx(), reason="nginx not installed "
+                                "(deploy/install-deps.sh test installs nginx-light)")
+
+OPTS = ["block_size=1M", "ram_cache=64M", "retries=3", "connect_timeout=2", "timeout=5"]
+
+
+def write_manifest(root):
+    """The manifest through mcfs itself when it has the command, else by hand."""
+    out = os.path.join(root, ".mcfs-manifest.json")
+    r = subprocess.run([MCFS, "manifest", root], capture_output=True)
+    if r.returncode == 0 and r.stdout.startswith(b"{"):
+        with open(out, "wb") as f:
+            f.write(r.stdout)
+        return
+    entries = []
+    for dp, dns, fns in os.walk(root):
+        for n in dns + fns:
+            p = os.path.join(dp, n)
+            rel = os.path.relpath(p, root)
+            if n == ".mcfs-manifest.json":
+                continue
+            st = os.lstat(p)
+            e = {"path": rel, "mtime": int(st.st_mtime), "mtime_nsec": st.st_mtime_ns % 10**9}
+            if os.path.islink(p):
+                e.update(type="symlink", target=os.readlink(p))
+            elif os.path.isdir(p):
+                e["type"] = "dir"
+            else:
+                e.update(type="file", size=st.st_size,
+                         etag='"%x-%x"' % (int(st.st_mtime), st.st_size))
+            entries.append(e)
+    with open(out, "w") as f:
+        json.dump({"format": "mcfs-manifest", "version": 1, "entries": entries}, f)
+
+
+@pytest.fixture
+def store(tmp_path):
+    need_root()
+    root = tmp_path / "data"
+    root.mkdir()
+    files = {}
+    for name, size in rc.SIZES.items():
+        files[name] = rc.data_for(name, size)
+        (root / name).write_bytes(files[name])
+    (root / "sub dir").mkdir()
+    files["sub dir/nested+name=1.bin"] = rc.data_for("nested", 300000)
+    (root / "sub dir" / "nested+name=1.bin").write_bytes(files["sub dir/nested+name=1.bin"])
+    ng = Nginx(str(root), workdir=str(tmp_path / "nginx")).start()
+    try:
+        yield root, files, ng
+    finally:
+        ng.stop()
+
+
+@pytest.mark.parametrize("listing", ["manifest", "autoindex"])
+def test_bytes_and_listing(store, tmp_path, listing):
+    root, files, ng = store
+    if listing == "manifest":
+        write_manifest(str(root))
+    with mcfs_mount(ng.url, str(tmp_path / "mnt"), opts=OPTS) as m:
+        assert sorted(os.listdir(m.path)) == sorted(
+            [n for n in rc.SIZES] + ["sub dir"])
+        assert os.listdir(m.p("sub dir")) == ["nested+name=1.bin"]
+        for name, data in files.items():
+            assert os.stat(m.p(name)).st_size == len(data)
+        rc.check_whole_files(m.path, files)
+        rc.check_random_ranges(m.p("multi.bin"), files["multi.bin"])
+        rc.check_concurrent(m.p("multi.bin"), files["multi.bin"])
+        rc.check_mmap(m.p("block-plus-1.bin"), files["block-plus-1.bin"])
+        with pytest.raises(FileNotFoundError):
+            os.stat(m.p("no-such-file"))
+
+
+def test_listing_over_1000(store, tmp_path):
+    root, files, ng = store
+    many = root / "many"
+    many.mkdir()
+    for i in range(1500):
+        (many / ("f%05d" % i)).write_bytes(b"%d" % i)
+    for listing in ("autoindex", "manifest"):
+        if listing == "manifest":
+            write_manifest(str(root))
+        with mcfs_mount(ng.url, str(tmp_path / "mnt"), opts=OPTS) as m:
+            names = os.listdir(m.p("many"))
+            assert len(names) == 1500, listing
+            with open(m.p("many", "f01234"), "rb") as f:
+                assert f.read() == b"1234"
+
+
+def test_escaping_names_refused(store, tmp_path):
+    root, files, ng = store
+    write_manifest(str(root))
+    with open(root / ".mcfs-manifest.json") as f:
+        man = json.load(f)
+    for bad in ("../escape", "/etc/passwd", "a//b", "./dot"):
+        man["entries"].append({"path": bad, "type": "file", "size": 1})
+    with open(root / ".mcfs-manifest.json", "w") as f:
+        json.dump(man, f)
+    with mcfs_mount(ng.url, str(tmp_path / "mnt"), opts=OPTS) as m:
+        names = os.listdir(m.path)
+        assert "escape" not in names and ".." not in names and "etc" not in names
+        log = m.log()
+    assert "refused" in log and "../escape" in log
+
+
+def test_server_stopped_mid_read(store, tmp_path):
+    root, files, ng = store
+    data = files["multi.bin"]
+    with mcfs_mount(ng.url, str(tmp_path / "mnt"),
+                    opts=OPTS + ["readahead_max=0", "retries=2"]) as m:
+        fd = os.open(m.p("multi.bin"), os.O_RDONLY)
+        try:
+            assert os.pread(fd, 4096, 0) == data[:4096]
+            ng.stop()
+            with pytest.raises(OSError) as ei:
+                os.pread(fd, 4096, 3 * rc.BLOCK)
+            assert ei.value.errno == errno.EIO
+            ng.start()  # same port
+            assert os.pread(fd, 4096, 3 * rc.BLOCK) == data[3 * rc.BLOCK:3 * rc.BLOCK + 4096]
+        finally:
+            os.close(fd)
+        assert "failed after" in m.log()
+
+
+def test_503_and_drops_are_retried(store, tmp_path):
+    root, files, ng = store
+    data = files["multi.bin"]
+    with FaultProxy(ng.port) as px:
+        with mcfs_mount(px.url, str(tmp_path / "mnt"),
+                        opts=OPTS + ["readahead_max=0", "retries=5"]) as m:
+            fd = os.open(m.p("multi.bin"), os.O_RDONLY)
+            try:
+                px.fail_503 = 3
+                assert os.pread(fd, 4096, 0) == data[:4096]
+                px.drop = 2
+                assert os.pread(fd, 4096, 2 * rc.BLOCK) == data[2 * rc.BLOCK:2 * rc.BLOCK + 4096]
+                px.fail_503, px.drop = 1, 1
+                rc.check_random_ranges(m.p("multi.bin"), data, n=20)
+            finally:
+                os.close(fd)
+            st = rc.stats(m)
+        assert px.counts["503"] >= 4 and px.counts["dropped"] >= 3, px.counts
+        if st:
+            assert st.get("store_retries", 0) >= 7, st
+
+
+def test_4xx_not_retried(store, tmp_path):
+    root, files, ng = store
+    with FaultProxy(ng.port) as px:
+        with mcfs_mount(px.url, str(tmp_path / "mnt"), opts=OPTS) as m:
+            before = px.counts["requests"]
+            with pytest.raises(FileNotFoundError):
+                os.stat(m.p("missing-file"))
+            # one HEAD (plus at most the directory probe), no retries
+            assert px.counts["requests"] - before <= 2
+
+
+def test_replaced_mid_read(store, tmp_path):
+    root, files, ng = store
+    old = files["multi.bin"]
+    new = bytes(reversed(old))
+    opts = OPTS + ["readahead_max=0", "attr_ttl=0", "keep_cache=false"]
+    with mcfs_mount(ng.url, str(tmp_path / "mnt"), opts=opts) as m:
+        fd = os.open(m.p("multi.bin"), os.O_RDONLY)
+        try:
+            assert os.pread(fd, 4096, 0) == old[:4096]
+            tmpf = root / ".multi.tmp"
+            tmpf.write_bytes(new)
+            os.utime(tmpf, (time.time() + 5, time.time() + 5))  # a new ETag for sure
+            os.rename(tmpf, root / "multi.bin")
+            with pytest.raises(OSError) as ei:
+                os.pread(fd, 4096, 4 * rc.BLOCK)
+            assert ei.value.errno == errno.EIO
+        finally:
+            os.close(fd)
+        assert "changed on the server" in m.log()
+        with open(m.p("multi.bin"), "rb") as f:
+            assert rc.sha(f.read()) == rc.sha(new)
