@@ -31,6 +31,9 @@ struct fs_session {
 	struct fuse_session *se;
 	atomic_int stop;         /* set by signal handlers */
 	uint64_t started_ns;     /* mcfs_now_ns() at mount */
+	pthread_mutex_t handles_lock; /* guards handles */
+	struct fs_handle *handles;    /* open files, so that teardown frees what the
+					 kernel never released (unmounted with files open) */
 	_Atomic uint64_t reads;      /* FUSE READ requests answered with data */
 	_Atomic uint64_t read_bytes; /* bytes of those answers */
 };
@@ -41,7 +44,11 @@ struct fs_handle {
 	struct cache_file *file;     /* reference held for the handle's life */
 	struct cache_stream *stream; /* readahead state of this open */
 	bool keep_cache, direct_io;  /* how it uses the page cache (fs_open_mode) */
+	struct fs_handle *prev, *next; /* session->handles, guarded by handles_lock */
 };
+
+/* Frees the handles the kernel never released, at teardown (fs/ops.c). */
+void fs_handles_free_all(struct fs_session *s);
 
 static inline struct fs_session *fs_sess(fuse_req_t req)
 {

@@ -152,6 +152,8 @@ static void teardown(struct fs_session *s)
 		fuse_remove_signal_handlers(s->se);
 		fuse_session_destroy(s->se);
 	}
+	if (s->cache)
+		fs_handles_free_all(s); /* files still open at unmount */
 	cache_free(s->cache); /* waits for fetches in flight */
 	fs_inodes_free(s->inodes);
 	remote_close(s->remote);
@@ -336,6 +338,7 @@ static int cmd_mount(int argc, char **argv)
 	int rc;
 
 	cfg_init(&sess.cfg);
+	pthread_mutex_init(&sess.handles_lock, NULL);
 	rc = parse_mount_args(argc, argv, &sess.cfg);
 	if (rc)
 		return rc;

@@ -110,6 +110,42 @@ static void fs_readlink(fuse_req_t req, fuse_ino_t ino)
 		fuse_reply_readlink(req, target);
 }
 
+static void handle_link(struct fs_session *s, struct fs_handle *h)
+{
+	pthread_mutex_lock(&s->handles_lock);
+	h->next = s->handles;
+	h->prev = NULL;
+	if (s->handles)
+		s->handles->prev = h;
+	s->handles = h;
+	pthread_mutex_unlock(&s->handles_lock);
+}
+
+/* Unlinks and frees @h: its stream and its file reference. */
+static void handle_free(struct fs_session *s, struct fs_handle *h)
+{
+	struct fs_open_mode mode = {h->keep_cache, h->direct_io};
+
+	pthread_mutex_lock(&s->handles_lock);
+	if (h->prev)
+		h->prev->next = h->next;
+	else if (s->handles == h)
+		s->handles = h->next;
+	if (h->next)
+		h->next->prev = h->prev;
+	pthread_mutex_unlock(&s->handles_lock);
+	fs_inode_close(s, h->ino, &mode);
+	cache_stream_free(h->stream);
+	cache_file_put(s->cache, h->file);
+	free(h);
+}
+
+void fs_handles_free_all(struct fs_session *s)
+{
+	while (s->handles)
+		handle_free(s, s->handles);
+}
+
 static void fs_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
 	struct fs_session *s = fs_sess(req);
@@ -146,23 +182,15 @@ static void fs_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	fi->keep_cache = mode.keep_cache;
 	fi->direct_io = mode.direct_io;
 	fi->noflush = 1;
-	if (fuse_reply_open(req, fi) != 0) { /* interrupted: no release will come */
-		fs_inode_close(s, ino, &mode);
-		cache_stream_free(h->stream);
-		cache_file_put(s->cache, h->file);
-		free(h);
-	}
+	handle_link(s, h);
+	if (fuse_reply_open(req, fi) != 0) /* interrupted: no release will come */
+		handle_free(s, h);
 }
 
 static void fs_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
-	struct fs_handle *h = (struct fs_handle *)(uintptr_t)fi->fh;
-	struct fs_open_mode mode = {h->keep_cache, h->direct_io};
-
-	fs_inode_close(fs_sess(req), ino, &mode);
-	cache_stream_free(h->stream);
-	cache_file_put(fs_sess(req)->cache, h->file);
-	free(h);
+	(void)ino;
+	handle_free(fs_sess(req), (struct fs_handle *)(uintptr_t)fi->fh);
 	fuse_reply_err(req, 0);
 }
 

@@ -1,12 +1,32 @@
 #!/usr/bin/env bash
 # The test command: installs what the tests need, builds mcfs (warnings are
-# errors), runs the C unit tests (ctest) and the end-to-end tests (pytest,
-# real FUSE mounts and loopback servers). Must run as root (FUSE mounts,
-# drop_caches, test servers). Extra arguments go to pytest.
+# errors), runs the C unit tests (ctest) and the end-to-end
+# tests (pytest: real FUSE mounts and loopback servers). Then, in CI (CI=true)
+# or with MCFS_SANITIZERS=1, the same suites again against an ASan+UBSan build
+# and a TSan build of the daemon. Must run as root (FUSE mounts, drop_caches,
+# test servers). Extra arguments go to pytest.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ./deploy/install-deps.sh test
+
+echo "== build"
 cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo -DMCFS_WERROR=ON >/dev/null
 cmake --build build -j"$(nproc)"
 (cd build && ctest --output-on-failure)
 python3 -m pytest -ra tests "$@"
+
+if [ "${CI:-}" = true ] || [ "${MCFS_SANITIZERS:-0}" = 1 ]; then
+	# CUDA's static runtime and the sanitizers don't mix; the GPU path is
+	# covered by the plain build (and tests/gpu on a GPU machine).
+	for san in address,undefined thread; do
+		dir=build-san-${san%%,*}
+		echo "== sanitizer build: $san"
+		cmake -S . -B "$dir" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DMCFS_WERROR=ON \
+			-DMCFS_SANITIZE="$san" -DMCFS_CUDA=OFF >/dev/null
+		cmake --build "$dir" -j"$(nproc)"
+		(cd "$dir" && UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 ctest --output-on-failure)
+		MCFS_BIN=$PWD/$dir/fs/mcfs UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
+			TSAN_OPTIONS="halt_on_error=0 exitcode=66" \
+			python3 -m pytest -q -ra -p no:cacheprovider tests "$@"
+	done
+fi
