@@ -162,12 +162,15 @@ static void start_loading(struct cache *c, struct cache_block *b, struct cache_f
 	b->index = index;
 	b->state = SLOT_LOADING;
 	b->err = 0;
-	b->len = 0;
+	b->len = (uint32_t)MCFS_MIN(c->bs, f->size - (index << c->bs_shift));
 	b->refs = refs;
 	b->prefetched = false;
 	b->warm = false;
+	b->extending = false;
+	b->xerr = 0;
 	b->vlo = 0;
-	b->vhi = (uint32_t)MCFS_MIN(c->bs, f->size - (index << c->bs_shift));
+	b->vhi = b->len;
+	memset(b->pages, 0, c->page_words * sizeof(uint64_t));
 	hash_insert(c, b);
 }
 
@@ -196,6 +199,51 @@ static void unref(struct cache *c, struct cache_block *b)
 	pthread_cond_broadcast(&c->freed);
 }
 
+/* ---- page bitmaps ------------------------------------------------------ */
+
+#define PAGE_SZ (1u << CACHE_PAGE_SHIFT)
+
+static bool page_held(const struct cache_block *b, uint32_t p)
+{
+	return (b->pages[p / 64] >> (p % 64)) & 1;
+}
+
+/* Marks the pages of [lo, hi) held. Lock held. */
+static void pages_set(struct cache_block *b, uint32_t lo, uint32_t hi)
+{
+	uint32_t p;
+
+	for (p = lo >> CACHE_PAGE_SHIFT; p < (hi + PAGE_SZ - 1) >> CACHE_PAGE_SHIFT; p++)
+		b->pages[p / 64] |= 1ull << (p % 64);
+}
+
+bool cache_block_covers(const struct cache_block *b, uint32_t lo, uint32_t hi)
+{
+	uint32_t p;
+
+	for (p = lo >> CACHE_PAGE_SHIFT; p < (hi + PAGE_SZ - 1) >> CACHE_PAGE_SHIFT; p++)
+		if (!page_held(b, p))
+			return false;
+	return true;
+}
+
+bool cache_block_full(const struct cache_block *b)
+{
+	return cache_block_covers(b, 0, b->len);
+}
+
+/* Bytes of b held: its pages, the last one cut at the block's end. */
+static uint64_t held_bytes(const struct cache_block *b)
+{
+	uint32_t p, n = (b->len + PAGE_SZ - 1) >> CACHE_PAGE_SHIFT;
+	uint64_t bytes = 0;
+
+	for (p = 0; p < n; p++)
+		if (page_held(b, p))
+			bytes += MCFS_MIN(PAGE_SZ, b->len - (p << CACHE_PAGE_SHIFT));
+	return bytes;
+}
+
 /* ---- fetch threads ----------------------------------------------------- */
 
 static void note_latency(struct cache *c, double secs)
@@ -209,25 +257,17 @@ static void note_latency(struct cache *c, double secs)
 	c->st.fetch_lat_sum += secs;
 }
 
-/*
- * Reads one block into its slot: the whole block from the disk tier if it
- * holds it (*from_disk), else [vlo, vhi) from the store. No lock held.
- */
-static int fetch(struct cache *c, struct cache_block *b, uint32_t *len, bool *from_disk)
+/* Reads bytes [lo, hi) of b's block from the store into the slot. No lock held. */
+static int fetch_range(struct cache *c, struct cache_block *b, uint32_t lo, uint32_t hi)
 {
 	struct cache_file *f = b->file;
-	uint64_t off = (b->index << c->bs_shift) + b->vlo;
-	size_t want = b->vhi - b->vlo;
+	uint64_t off = (b->index << c->bs_shift) + lo;
+	size_t want = hi - lo;
 	struct remote_obj obj = {.path = f->path, .version = f->version, .size = f->size};
 	ssize_t got;
 
-	*from_disk = cache_tier_fill(c, b, len); /* tiers.c */
-	if (*from_disk)
-		return 0;
-	/* a random reader's block holds only [vlo, vhi): fetch just that */
-	MCFS_DEBUG("fetch %s block %llu [%u, %u)", f->path, (unsigned long long)b->index, b->vlo,
-		   b->vhi);
-	got = remote_read(c->remote, &obj, off, b->data + b->vlo, want);
+	MCFS_DEBUG("fetch %s block %llu [%u, %u)", f->path, (unsigned long long)b->index, lo, hi);
+	got = remote_read(c->remote, &obj, off, b->data + lo, want);
 	if (got >= 0 && (size_t)got != want)
 		got = -ESTALE;
 	if (got < 0) {
@@ -238,8 +278,52 @@ static int fetch(struct cache *c, struct cache_block *b, uint32_t *len, bool *fr
 					: strerror((int)-got));
 		return (int)got;
 	}
-	*len = (uint32_t)MCFS_MIN(c->bs, f->size - (b->index << c->bs_shift));
 	return 0;
+}
+
+/*
+ * Runs one job: the whole block from the disk tier if it holds it
+ * (*from_disk), else the pages of [vlo, vhi) the block lacks from the store,
+ * one request per run of missing pages. *bytes: bytes fetched from the store.
+ * No lock held: while the job runs, nobody else changes b's bitmap.
+ */
+static int fetch(struct cache *c, struct cache_block *b, uint64_t *bytes, bool *from_disk)
+{
+	uint32_t p, end = (b->vhi + PAGE_SZ - 1) >> CACHE_PAGE_SHIFT, run;
+	uint32_t len;
+	int rc;
+
+	*bytes = 0;
+	*from_disk = !b->extending && cache_tier_fill(c, b, &len); /* tiers.c */
+	if (*from_disk)
+		return 0;
+	for (p = b->vlo >> CACHE_PAGE_SHIFT; p < end; p = run) {
+		if (page_held(b, p)) {
+			run = p + 1;
+			continue;
+		}
+		for (run = p; run < end && !page_held(b, run); run++)
+			;
+		rc = fetch_range(c, b, p << CACHE_PAGE_SHIFT,
+				 MCFS_MIN(run << CACHE_PAGE_SHIFT, b->len));
+		if (rc < 0)
+			return rc;
+		*bytes += MCFS_MIN(run << CACHE_PAGE_SHIFT, b->len) - (p << CACHE_PAGE_SHIFT);
+	}
+	return 0;
+}
+
+/* Ends a job that grew a READY block (lock held): its pages, or its error. */
+static void end_extension(struct cache *c, struct cache_block *b, int rc, uint64_t bytes)
+{
+	b->extending = false;
+	if (rc == 0) {
+		pages_set(b, b->vlo, b->vhi);
+		c->st.fetched_bytes += bytes;
+	} else {
+		c->st.fetch_errors++;
+		b->xerr = rc; /* the pages held stay good: they are of this version */
+	}
 }
 
 void *cache_fetch_thread(void *arg)
@@ -247,7 +331,7 @@ void *cache_fetch_thread(void *arg)
 	struct cache *c = arg;
 	struct cache_block *b;
 	unsigned long long t0;
-	uint32_t len = 0;
+	uint64_t bytes;
 	bool from_disk, behind;
 	int rc;
 
@@ -266,27 +350,27 @@ void *cache_fetch_thread(void *arg)
 		pthread_mutex_unlock(&c->lock);
 
 		t0 = mcfs_now_ns();
-		rc = fetch(c, b, &len, &from_disk);
+		rc = fetch(c, b, &bytes, &from_disk);
 
 		pthread_mutex_lock(&c->lock);
 		c->inflight--;
-		if (from_disk) { /* the whole block; fetches count store reads only */
-			b->vlo = 0;
-			b->vhi = len;
-		} else {
+		if (!from_disk) { /* fetches count store reads only */
 			c->st.fetches++;
 			note_latency(c, (double)(mcfs_now_ns() - t0) / 1e9);
 		}
-		/* Write-behind of a whole block fresh from the store: the writer holds
-		 * a reference (the slot's bytes stay put) until cache_disk_done(). */
-		behind = rc == 0 && !from_disk && cache_tier_wants(c, b);
-		if (behind)
-			b->refs++;
-		if (rc == 0) {
+		behind = false;
+		if (b->extending) {
+			end_extension(c, b, rc, bytes);
+		} else if (rc == 0) {
 			b->state = SLOT_READY;
-			b->len = len;
-			if (!from_disk)
-				c->st.fetched_bytes += b->vhi - b->vlo;
+			pages_set(b, from_disk ? 0 : b->vlo, from_disk ? b->len : b->vhi);
+			c->st.fetched_bytes += bytes;
+			/* Write-behind of a whole block fresh from the store: the writer
+			 * holds a reference (the slot's bytes stay put) until
+			 * cache_disk_done(). */
+			behind = !from_disk && cache_tier_wants(c, b);
+			if (behind)
+				b->refs++;
 		} else {
 			c->st.fetch_errors++;
 			hash_remove(c, b);
@@ -314,7 +398,7 @@ void *cache_fetch_thread(void *arg)
 
 static bool covers(const struct cache_block *b, uint32_t lo, uint32_t hi)
 {
-	return b->vlo <= lo && hi <= b->vhi;
+	return cache_block_covers(b, lo, hi);
 }
 
 /* Bytes of block @index of @f: block_size, or less for the last one. */
@@ -343,12 +427,15 @@ static int await(struct cache *c, struct cache_block *b, uint32_t lo, uint32_t h
 {
 	int rc;
 
-	/* Sleeps on c->loaded (c->lock) until the fetch of b ends. */
-	while (b->state == SLOT_LOADING)
+	/* Sleeps on c->loaded (c->lock) until the fetch or extension of b ends. */
+	while (b->state == SLOT_LOADING || (b->extending && !covers(b, lo, hi)))
 		pthread_cond_wait(&c->loaded, &c->lock);
-	if (b->state == SLOT_ERROR) {
+	rc = b->state == SLOT_ERROR ? b->err : 0;
+	if (rc == 0 && !covers(b, lo, hi))
+		rc = b->xerr; /* the extension that was to bring our pages failed */
+	if (rc < 0) {
 		/* The fetch thread logged the cause. */
-		rc = b->err == -ENOMEM || b->err == -ESTALE ? b->err : -EIO;
+		rc = rc == -ENOMEM || rc == -ESTALE ? rc : -EIO;
 		unref(c, b);
 		return rc;
 	}
@@ -391,14 +478,21 @@ int cache_block_get_range(struct cache *c, struct cache_file *f, uint64_t index,
 				list_del(&c->jobs, b);
 				list_push_front(&c->jobs, b);
 			}
-		} else if (b->refs == 0) {
-			/* a part of the block, not the part we need: fetch again */
-			discard(c, b);
-			continue;
 		} else {
-			/* others still read that part: sleeps on c->freed (c->lock) */
-			pthread_cond_wait(&c->freed, &c->lock);
-			continue;
+			/* READY but without some pages we need: fetch just those into it */
+			if (b->refs++ == 0)
+				list_del(&c->lru, b);
+			if (!b->extending) {
+				b->extending = true;
+				b->xerr = 0;
+				b->vlo = lo;
+				b->vhi = hi;
+				b->refs++; /* the job's */
+				c->st.misses++;
+				enqueue(c, b, true);
+			} else {
+				c->st.waits++; /* another extension runs: see what it brings */
+			}
 		}
 		rc = await(c, b, lo, hi);
 		if (rc == 0)
@@ -512,7 +606,7 @@ uint64_t cache_evict_file(struct cache *c, struct cache_file *f)
 		b = hash_find(c, f, i);
 		if (!b || b->state != SLOT_READY || b->refs > 0)
 			continue;
-		dropped += b->vhi - b->vlo;
+		dropped += held_bytes(b);
 		discard(c, b);
 	}
 	pthread_mutex_unlock(&c->lock);
@@ -532,9 +626,9 @@ uint64_t cache_file_cached_bytes(struct cache *c, struct cache_file *f)
 	for (i = 0; i < f->nblocks; i++) {
 		b = hash_find(c, f, i);
 		if (b && b->state == SLOT_READY) {
-			bytes += b->vhi - b->vlo;
+			bytes += held_bytes(b);
 			if (in_ram)
-				in_ram[i] = b->vhi - b->vlo == b->len;
+				in_ram[i] = cache_block_full(b);
 		}
 	}
 	pthread_mutex_unlock(&c->lock);

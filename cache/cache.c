@@ -58,11 +58,14 @@ static int init_tables(struct cache *c)
 	c->nfbuckets = 1024;
 	c->fbuckets = calloc(c->nfbuckets, sizeof(*c->fbuckets));
 	c->slots = calloc(c->nslots, sizeof(*c->slots));
-	if (!c->buckets || !c->fbuckets || !c->slots)
+	c->page_words = (size_t)((c->bs >> CACHE_PAGE_SHIFT) + 63) / 64;
+	c->page_bits = calloc(c->nslots * c->page_words, sizeof(uint64_t));
+	if (!c->buckets || !c->fbuckets || !c->slots || !c->page_bits)
 		return -ENOMEM;
 	cache_lists_init(c);
 	for (i = 0; i < c->nslots; i++) {
 		c->slots[i].data = c->region + i * c->bs;
+		c->slots[i].pages = c->page_bits + i * c->page_words;
 		c->slots[i].state = SLOT_FREE;
 		cache_list_push_back(&c->free, &c->slots[i]);
 	}
@@ -148,6 +151,7 @@ void cache_free(struct cache *c)
 	free(c->fbuckets);
 	free(c->buckets);
 	free(c->slots);
+	free(c->page_bits);
 	if (c->region)
 		munmap(c->region, c->region_len);
 	pthread_mutex_destroy(&c->lock);

@@ -125,11 +125,16 @@ struct cache_meta *cache_get_meta(struct cache *c);
  */
 MCFS_MUST_CHECK int cache_block_get(struct cache *c, struct cache_file *f, uint64_t index,
 				    struct cache_block **out);
+/* Granule of partial blocks: a block may hold some of its 4 KiB pages. */
+#define CACHE_PAGE_SHIFT 12
+
 /*
  * As cache_block_get(), but only bytes [lo, hi) of the block are needed: a
- * miss fetches just those (a random reader pays for what it reads, not for
- * 8 MiB). The returned block holds at least [lo, hi); read nothing else of it.
- * lo and hi are offsets within the block, lo < hi <= its length.
+ * miss fetches just the pages of it the block lacks (a random reader pays for
+ * what it reads, not for 8 MiB), and the block keeps them, so a second pass
+ * is served from RAM. The returned block holds at least [lo, hi); read
+ * nothing else of it. lo and hi are offsets within the block,
+ * lo < hi <= its length; lo should be a multiple of 4 KiB (O_DIRECT stores).
  */
 MCFS_MUST_CHECK int cache_block_get_range(struct cache *c, struct cache_file *f, uint64_t index,
 					  uint32_t lo, uint32_t hi, struct cache_block **out);

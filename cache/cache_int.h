@@ -30,9 +30,11 @@ struct cache_block {
 	uint64_t index;          /* block number in the file */
 	char *data;              /* block_size bytes of the region, fixed for the slot */
 	uint32_t len;            /* bytes of the block when READY (block_size, less at EOF) */
-	uint32_t vlo, vhi;       /* the part held (or being fetched): [0, len) but for a
-				    random reader's partial block; only whole blocks are
-				    readahead, warmed, copied to the GPU or written to disk */
+	uint32_t vlo, vhi;       /* the range the current (or last) fetch job asked for */
+	uint64_t *pages;         /* bitmap of the 4 KiB pages held: all of them but for a
+				    random reader's partial block (cache->page_words words) */
+	bool extending;          /* READY, and a job fetches more of its pages */
+	int xerr;                /* negative errno of the last failed extension, or 0 */
 	enum slot_state state;
 	int err;                 /* negative errno when ERROR */
 	unsigned refs;           /* readers + the job; > 0 means never evicted */
@@ -70,6 +72,8 @@ struct cache {
 	size_t region_len;
 	struct cache_block *slots;
 	size_t nslots;
+	uint64_t *page_bits;  /* nslots * page_words words: the slots' page bitmaps */
+	size_t page_words;    /* words per bitmap: block_size / 4 KiB / 64, rounded up */
 	uint64_t prefetch_budget; /* bytes */
 
 	pthread_mutex_t lock;
@@ -119,6 +123,10 @@ void cache_disk_done(void *ctx, void *arg);
 uint64_t cache_tier_file_bytes(struct cache *c, struct cache_file *f, const bool *in_ram);
 /* Adds the disk tier's counters. No lock held. */
 void cache_tier_stats(struct cache *c, struct cache_stats *out);
+
+/* Page bitmaps (blocks.c): does b hold all of [lo, hi)? all of its block? */
+bool cache_block_covers(const struct cache_block *b, uint32_t lo, uint32_t hi);
+bool cache_block_full(const struct cache_block *b);
 
 /* Records a readahead window size in the stats histogram. */
 void cache_note_window(struct cache *c, unsigned window);

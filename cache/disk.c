@@ -37,7 +37,7 @@
 #include <xxhash.h>
 
 #define PIECE (1u << 20) /* bytes per SQE: big enough for the disk, 8 per 8 MiB block */
-#define RING_DEPTH 64    /* per read ring: a 64 MiB block in one submission */
+#define RING_DEPTH 64	 /* per read ring: a 64 MiB block in one submission */
 
 static uint64_t round_up(uint64_t v, uint64_t a)
 {
@@ -104,8 +104,8 @@ void cache_disk_lru_push(struct cache_disk *d, uint32_t i)
 
 /* ---- I/O ------------------------------------------------------------------------ */
 
-int cache_disk_rw(struct cache_disk *d, struct io_uring *ring, bool write, uint32_t slot,
-		  char *buf, uint32_t len)
+int cache_disk_rw(struct cache_disk *d, struct io_uring *ring, bool write, uint32_t slot, char *buf,
+		  uint32_t len)
 {
 	uint64_t base = (uint64_t)slot * d->bs, total = round_up(len, CACHE_DISK_ALIGN);
 	unsigned n = (unsigned)((total + PIECE - 1) / PIECE), sent = 0, done = 0, i;
@@ -256,9 +256,8 @@ int cache_disk_read(struct cache_disk *d, const struct cache_meta_key *k, char *
 		i = DNIL; /* another reader still uses it: the last one drops it */
 	}
 	pthread_mutex_unlock(&d->lock);
-	MCFS_ERR("disk tier %s: slot %u (%u bytes) %s: dropped, fetching the block again",
-		 d->path, i == DNIL ? 0 : i, n,
-		 rc < 0 ? "could not be read" : "failed its checksum");
+	MCFS_ERR("disk tier %s: slot %u (%u bytes) %s: dropped, fetching the block again", d->path,
+		 i == DNIL ? 0 : i, n, rc < 0 ? "could not be read" : "failed its checksum");
 	if (i != DNIL)
 		drop_dead(d, i, &key);
 	return -ENOENT;

@@ -11,8 +11,10 @@
  *    slot is reused only after the entry of its previous block was deleted in
  *    a committed transaction: a killed daemon leaves no entry that points at
  *    bytes of another block (and the checksum would catch one anyway).
- *  - Write-behind never blocks the caller: cache_disk_write() queues the job
- *    or answers -EAGAIN.
+ *  - Write-behind is off the reader's path: the caller (a fetch thread) has
+ *    already served its readers; cache_disk_write() queues the job, waiting
+ *    only while the bounded queue is full (back-pressure on prefetch, so
+ *    that every fetched block reaches the disk).
  *  - ENOSPC (the cache filesystem is full) stops write-behind for good, with
  *    one log line; blocks already on disk keep being served.
  *
@@ -36,21 +38,21 @@ struct cache_disk;
 #define CACHE_DISK_ALIGN 4096
 
 struct cache_disk_stats {
-	uint64_t slots;         /* blocks the tier can hold */
-	uint64_t slots_used;    /* blocks it holds */
-	uint64_t bytes_limit;   /* slots * block size */
-	uint64_t bytes_used;    /* valid bytes of the blocks it holds */
-	uint64_t hits;          /* reads answered (verified) */
-	uint64_t misses;        /* reads of blocks it did not hold */
-	uint64_t read_bytes;    /* bytes of verified reads */
-	uint64_t writes;        /* blocks written and indexed */
+	uint64_t slots;		/* blocks the tier can hold */
+	uint64_t slots_used;	/* blocks it holds */
+	uint64_t bytes_limit;	/* slots * block size */
+	uint64_t bytes_used;	/* valid bytes of the blocks it holds */
+	uint64_t hits;		/* reads answered (verified) */
+	uint64_t misses;	/* reads of blocks it did not hold */
+	uint64_t read_bytes;	/* bytes of verified reads */
+	uint64_t writes;	/* blocks written and indexed */
 	uint64_t written_bytes; /* their bytes */
-	uint64_t write_drops;   /* write-behind jobs refused or abandoned (queue full, no slot) */
-	uint64_t csum_errors;   /* reads whose bytes failed the checksum (dropped) */
-	uint64_t io_errors;     /* reads or writes the kernel failed */
-	uint64_t evictions;     /* blocks dropped for room */
-	uint64_t queued;        /* write-behind jobs queued or being written now */
-	bool full;              /* ENOSPC seen: no more writes */
+	uint64_t write_drops;	/* write-behind jobs refused or abandoned (queue full, no slot) */
+	uint64_t csum_errors;	/* reads whose bytes failed the checksum (dropped) */
+	uint64_t io_errors;	/* reads or writes the kernel failed */
+	uint64_t evictions;	/* blocks dropped for room */
+	uint64_t queued;	/* write-behind jobs queued or being written now */
+	bool full;		/* ENOSPC seen: no more writes */
 };
 
 /*
@@ -81,14 +83,14 @@ void cache_disk_close(struct cache_disk *d);
  * (or it failed its checksum: then it is dropped and logged); -EIO if the
  * read failed. Sleeps for the I/O; many callers may read at once.
  */
-MCFS_MUST_CHECK int cache_disk_read(struct cache_disk *d, const struct cache_meta_key *k,
-				    char *buf, size_t cap, uint32_t *len);
+MCFS_MUST_CHECK int cache_disk_read(struct cache_disk *d, const struct cache_meta_key *k, char *buf,
+				    size_t cap, uint32_t *len);
 
 /*
  * Queues a write-behind of @len bytes at @data (CACHE_DISK_ALIGN-aligned,
  * readable up to @len rounded up to it) as block @k. Borrowed until
  * done(ctx, @arg): the caller keeps @data unchanged until then. Returns 0
- * (queued), -EEXIST (already held or queued), -EAGAIN (queue full) or
+ * (queued), -EEXIST (already held or queued), or
  * -ENOSPC (the tier is full for good). done is called only after 0.
  */
 MCFS_MUST_CHECK int cache_disk_write(struct cache_disk *d, const struct cache_meta_key *k,

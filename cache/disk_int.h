@@ -26,14 +26,14 @@ enum dslot_state {
 /* One slot. All fields guarded by disk->lock. */
 struct dslot {
 	struct cache_meta_key key; /* meaningful unless FREE */
-	uint64_t csum;             /* XXH3_64bits of len bytes, VALID */
-	uint64_t last_use;         /* wall clock ns */
-	uint32_t len;              /* valid bytes */
-	uint32_t readers;          /* reads in flight: never reused while > 0 */
-	uint32_t hnext;            /* hash chain */
-	uint32_t prev, next;       /* LRU links; sentinel is slot index nslots */
-	uint8_t state;             /* enum dslot_state */
-	bool dirty;                /* last_use is newer than the index's */
+	uint64_t csum;		   /* XXH3_64bits of len bytes, VALID */
+	uint64_t last_use;	   /* wall clock ns */
+	uint32_t len;		   /* valid bytes */
+	uint32_t readers;	   /* reads in flight: never reused while > 0 */
+	uint32_t hnext;		   /* hash chain */
+	uint32_t prev, next;	   /* LRU links; sentinel is slot index nslots */
+	uint8_t state;		   /* enum dslot_state */
+	bool dirty;		   /* last_use is newer than the index's */
 	bool on_lru;
 };
 
@@ -53,16 +53,16 @@ struct dring {
 
 struct cache_disk {
 	struct cache_meta *meta; /* borrowed */
-	uint64_t bs;             /* block size, bytes */
+	uint64_t bs;		 /* block size, bytes */
 	uint32_t nslots;
-	int fd;                  /* the slot file; O_DIRECT when the filesystem allows */
+	int fd; /* the slot file; O_DIRECT when the filesystem allows */
 	bool direct;
-	char path[4200];         /* the slot file, for log lines */
+	char path[4200]; /* the slot file, for log lines */
 	void (*done)(void *ctx, void *arg);
 	void *ctx;
 
 	pthread_mutex_t lock;
-	pthread_cond_t work;    /* a job was queued, or stopping */
+	pthread_cond_t work;	/* a job was queued, or stopping */
 	pthread_cond_t drained; /* the writer finished a batch */
 
 	struct dslot *slots;  /* nslots + 1 (the LRU sentinel); guarded by lock */
@@ -70,14 +70,14 @@ struct cache_disk {
 	uint32_t nbuckets;    /* power of two */
 	uint32_t *free_stack; /* guarded by lock */
 	uint32_t nfree;
-	struct djob *q;       /* ring buffer of jobs; guarded by lock */
+	struct djob *q; /* ring buffer of jobs; guarded by lock */
 	unsigned qmax, qhead, qlen;
-	unsigned writing;     /* jobs taken by the writer, not finished; guarded by lock */
-	bool stopping;        /* guarded by lock */
-	bool full;            /* ENOSPC seen; guarded by lock */
-	bool ndirty;          /* some slot is dirty; guarded by lock */
+	unsigned writing;	    /* jobs taken by the writer, not finished; guarded by lock */
+	bool stopping;		    /* guarded by lock */
+	bool full;		    /* ENOSPC seen; guarded by lock */
+	bool ndirty;		    /* some slot is dirty; guarded by lock */
 	struct cache_disk_stats st; /* counters; guarded by lock */
-	struct dring *rings;  /* idle read rings; guarded by lock */
+	struct dring *rings;	    /* idle read rings; guarded by lock */
 
 	pthread_t writer;
 	bool writer_started;

@@ -36,8 +36,8 @@
 #include <time.h>
 #include <xxhash.h>
 
-#define WB_BATCH 16          /* jobs per batch: one index commit per up to 128 MiB */
-#define WB_RING_DEPTH 64     /* 8 MiB blocks in 1 MiB pieces: 8 in flight */
+#define WB_BATCH 16		       /* jobs per batch: one index commit per up to 128 MiB */
+#define WB_RING_DEPTH 64	       /* 8 MiB blocks in 1 MiB pieces: 8 in flight */
 #define SYNC_INTERVAL_NS 1000000000ull /* LMDB flush at most once a second */
 
 struct batch {
@@ -100,6 +100,7 @@ static void take_jobs(struct cache_disk *d, struct batch *b)
 		b->rc[b->n] = 0;
 		b->n++;
 	}
+	pthread_cond_broadcast(&d->drained); /* room in the queue (cache_disk_write) */
 }
 
 /* Logs the first ENOSPC and stops write-behind. No lock held. */
@@ -121,7 +122,8 @@ static void went_full(struct cache_disk *d, const char *what)
 static int write_one(struct cache_disk *d, struct io_uring *ring, struct batch *b, size_t j)
 {
 	uint32_t i = b->slot[j];
-	uint64_t len = (b->jobs[j].len + CACHE_DISK_ALIGN - 1) / CACHE_DISK_ALIGN * CACHE_DISK_ALIGN;
+	uint64_t len =
+	    (b->jobs[j].len + CACHE_DISK_ALIGN - 1) / CACHE_DISK_ALIGN * CACHE_DISK_ALIGN;
 	int rc = 0;
 
 	if (fallocate(d->fd, 0, (off_t)((uint64_t)i * d->bs), (off_t)len) < 0 &&
@@ -181,7 +183,7 @@ static void publish(struct cache_disk *d, struct batch *b)
 		s->dirty = false;
 		keys[n] = s->key;
 		vals[n] = (struct cache_meta_block){
-			.slot = i, .len = s->len, .csum = s->csum, .last_use = s->last_use};
+		    .slot = i, .len = s->len, .csum = s->csum, .last_use = s->last_use};
 		n++;
 	}
 	if (keys && vals)
@@ -312,12 +314,22 @@ int cache_disk_write(struct cache_disk *d, const struct cache_meta_key *k, const
 		rc = -ENOSPC;
 	} else if (cache_disk_find(d, k) != DNIL) {
 		rc = -EEXIST;
-	} else if (d->qlen == d->qmax) {
-		d->st.write_drops++;
-		rc = -EAGAIN;
 	} else {
+		/* Back-pressure, not drops: sleeps on d->drained (d->lock) until the
+		 * writer took jobs off a full queue. The caller is a fetch thread
+		 * whose block is already READY (its readers are served): only the
+		 * next fetch waits, so prefetch runs no faster than the disk writes
+		 * and every fetched block reaches the disk. */
+		while (d->qlen == d->qmax && !d->full && !d->stopping)
+			pthread_cond_wait(&d->drained, &d->lock);
+	}
+	if (rc == 0 && (d->full || d->stopping)) {
+		rc = -ENOSPC;
+	} else if (rc == 0 && cache_disk_find(d, k) != DNIL) {
+		rc = -EEXIST;
+	} else if (rc == 0) {
 		d->q[(d->qhead + d->qlen) % d->qmax] =
-			(struct djob){.key = *k, .data = data, .len = len, .arg = arg};
+		    (struct djob){.key = *k, .data = data, .len = len, .arg = arg};
 		d->qlen++;
 		pthread_cond_signal(&d->work);
 	}

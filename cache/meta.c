@@ -100,9 +100,9 @@ static MDB_val path_key(const char *path, char *buf)
 	} else {
 		XXH128_hash_t h = XXH3_128bits(path, n);
 
-		k.mv_size = (size_t)snprintf(buf, META_KEY_MAX + 1, "#%016llx%016llx",
-					     (unsigned long long)h.high64,
-					     (unsigned long long)h.low64);
+		k.mv_size =
+		    (size_t)snprintf(buf, META_KEY_MAX + 1, "#%016llx%016llx",
+				     (unsigned long long)h.high64, (unsigned long long)h.low64);
 	}
 	k.mv_data = buf;
 	return k;
@@ -198,8 +198,9 @@ int cache_meta_open(const char *dir, struct cache_meta **out)
 	rc = try_open(m);
 	if (rc == -EUCLEAN) {
 		/* A cache: rebuild rather than ask anyone to repair it. */
-		MCFS_WARN("cache metadata %s is unreadable or of another format: starting it afresh",
-			  dir);
+		MCFS_WARN(
+		    "cache metadata %s is unreadable or of another format: starting it afresh",
+		    dir);
 		wipe(dir);
 		rc = try_open(m);
 	}
@@ -297,8 +298,8 @@ int cache_meta_put_attr(struct cache_meta *m, const char *path, const struct rem
 	return noted(m, put1(m, m->attrs, &k, &v), path);
 }
 
-int cache_meta_get_attr(struct cache_meta *m, const char *path, struct remote_attr *a,
-			bool *exists, int64_t *fetched)
+int cache_meta_get_attr(struct cache_meta *m, const char *path, struct remote_attr *a, bool *exists,
+			int64_t *fetched)
 {
 	char kb[META_KEY_MAX + 1];
 	MDB_val k = path_key(path, kb), v;

@@ -46,9 +46,9 @@ struct cache_meta_key {
 
 /* Where a block lives in the disk tier; stored as is (host byte order). */
 struct cache_meta_block {
-	uint32_t slot;     /* slot number in the slot file */
-	uint32_t len;      /* valid bytes */
-	uint64_t csum;     /* XXH3_64bits of the len bytes */
+	uint32_t slot;	   /* slot number in the slot file */
+	uint32_t len;	   /* valid bytes */
+	uint64_t csum;	   /* XXH3_64bits of the len bytes */
 	uint64_t last_use; /* wall clock ns of the last read or write */
 };
 
@@ -98,8 +98,7 @@ MCFS_MUST_CHECK int cache_meta_put_list(struct cache_meta *m, const char *dir,
  * frees with free(). Returns 0, -ENOENT if never recorded, or an error.
  */
 MCFS_MUST_CHECK int cache_meta_get_list(struct cache_meta *m, const char *dir,
-					struct remote_dirent **ents, size_t *n,
-					int64_t *fetched);
+					struct remote_dirent **ents, size_t *n, int64_t *fetched);
 
 /* ---- the disk tier's block index ---------------------------------------- */
 

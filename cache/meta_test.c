@@ -88,7 +88,7 @@ static void test_lists(struct cache_meta *m)
 	      "list round trip (n %zu)", n);
 	free(got);
 	CHECK(cache_meta_get_attr(m, "models/f1", &a, &exists, &t) == 0 && exists && a.size == 10 &&
-		      t == 100,
+		  t == 100,
 	      "a listing records its children's attributes");
 	CHECK(cache_meta_put_list(m, "", NULL, 0, 3) == 0, "empty root listing");
 	got = NULL;

@@ -86,7 +86,8 @@ void cache_tiers_open(struct cache *c)
 	rc = cache_disk_limit(dir, c->cfg->disk_cache, &limit);
 	qmax = (unsigned)MCFS_MAX(1, MCFS_MIN(WB_QUEUE_MAX, c->nslots / 4));
 	if (rc == 0)
-		rc = cache_disk_open(dir, limit, c->bs, c->meta, qmax, cache_disk_done, c, &c->disk);
+		rc =
+		    cache_disk_open(dir, limit, c->bs, c->meta, qmax, cache_disk_done, c, &c->disk);
 	if (rc < 0)
 		MCFS_WARN("cache_dir %s: no disk tier (disk_cache=%s: %llu bytes): %s; "
 			  "metadata is still kept there",
@@ -132,7 +133,7 @@ bool cache_tier_fill(struct cache *c, struct cache_block *b, uint32_t *len)
 
 bool cache_tier_wants(const struct cache *c, const struct cache_block *b)
 {
-	return c->disk && b->vlo == 0 && b->vhi == whole_len(c, b);
+	return c->disk && cache_block_full(b);
 }
 
 void cache_tier_behind(struct cache *c, struct cache_block *b)

@@ -70,16 +70,15 @@ int fs_persist_stat(struct fs_session *s, const char *path, struct remote_attr *
 		return rc;
 	}
 	if (s->cfg.offline && have_old) {
-		MCFS_DEBUG("offline: %s from the metadata cache (store: %s)", path,
-			   strerror(-rc));
+		MCFS_DEBUG("offline: %s from the metadata cache (store: %s)", path, strerror(-rc));
 		*a = old;
 		return exists ? 0 : -ENOENT;
 	}
 	return rc;
 }
 
-int fs_persist_list(struct fs_session *s, const char *path, struct remote_dirent **ents,
-		    size_t *n, uint64_t *learned)
+int fs_persist_list(struct fs_session *s, const char *path, struct remote_dirent **ents, size_t *n,
+		    uint64_t *learned)
 {
 	struct cache_meta *m = cache_get_meta(s->cache);
 	struct remote_dirent *old = NULL;

@@ -23,8 +23,8 @@
 #include "fs_int.h"
 
 /* As remote_stat(): 0, -ENOENT, -ENOTDIR or a store error. */
-MCFS_MUST_CHECK int fs_persist_stat(struct fs_session *s, const char *path,
-				    struct remote_attr *a, uint64_t *learned);
+MCFS_MUST_CHECK int fs_persist_stat(struct fs_session *s, const char *path, struct remote_attr *a,
+				    uint64_t *learned);
 
 /* As remote_list(): *ents (caller frees with free()) of *n entries, or an error. */
 MCFS_MUST_CHECK int fs_persist_list(struct fs_session *s, const char *path,

@@ -83,8 +83,8 @@ static void print_status(const char *mnt, const struct kv *kv, size_t n)
 		       states[st < 3 ? st : 1], get(kv, n, "disk_slots_used"),
 		       get(kv, n, "disk_slots"),
 		       mcfs_fmt_bytes(get(kv, n, "disk_bytes_used"), a, sizeof(a)),
-		       mcfs_fmt_bytes(get(kv, n, "disk_bytes_limit"), b, sizeof(b)), pct(dh, dh + dm),
-		       dh, dm);
+		       mcfs_fmt_bytes(get(kv, n, "disk_bytes_limit"), b, sizeof(b)),
+		       pct(dh, dh + dm), dh, dm);
 		printf("              read %s, written %s (%llu blocks), %llu dropped writes, "
 		       "%llu checksum errors, %llu evictions\n",
 		       mcfs_fmt_bytes(get(kv, n, "disk_read_bytes"), a, sizeof(a)),
@@ -92,10 +92,10 @@ static void print_status(const char *mnt, const struct kv *kv, size_t n)
 		       get(kv, n, "disk_writes"), get(kv, n, "disk_write_drops"),
 		       get(kv, n, "disk_csum_errors"), get(kv, n, "disk_evictions"));
 	}
-	printf("  store:      %s fetched in %llu blocks; %llu requests, %llu errors, %llu retries\n",
-	       mcfs_fmt_bytes(get(kv, n, "fetched_bytes"), c, sizeof(c)), get(kv, n, "fetches"),
-	       get(kv, n, "store_requests"), get(kv, n, "store_errors"),
-	       get(kv, n, "store_retries"));
+	printf(
+	    "  store:      %s fetched in %llu blocks; %llu requests, %llu errors, %llu retries\n",
+	    mcfs_fmt_bytes(get(kv, n, "fetched_bytes"), c, sizeof(c)), get(kv, n, "fetches"),
+	    get(kv, n, "store_requests"), get(kv, n, "store_errors"), get(kv, n, "store_retries"));
 	printf("  in flight:  %llu fetches, %llu disk writes queued\n", get(kv, n, "inflight"),
 	       get(kv, n, "disk_queued"));
 }
@@ -172,7 +172,8 @@ int fs_cmd_evict(int argc, char **argv)
 	int i;
 
 	if (argc < 2 || argv[1][0] == '-') {
-		fprintf(stderr, "usage: mcfs evict PATH...   (files, or trees, on an mcfs mount)\n");
+		fprintf(stderr,
+			"usage: mcfs evict PATH...   (files, or trees, on an mcfs mount)\n");
 		return argc == 2 && strcmp(argv[1], "-h") == 0 ? 0 : 2;
 	}
 	for (i = 1; i < argc; i++) {

@@ -236,3 +236,13 @@ def make_safetensors(path, seed=0, big=False):
         t["big.1"] = rng.standard_normal((3, 1000, 777)).astype(np.float16)  # ~4.4 MiB
     save_file(t, path, metadata={"format": "np", "seed": str(seed)})
     return t
+
+
+def sanitized(pid):
+    """True if process `pid` runs under ASan/TSan (its memory use is not comparable)."""
+    try:
+        with open("/proc/%d/maps" % pid) as f:
+            maps = f.read()
+    except OSError:
+        return False
+    return "libasan" in maps or "libtsan" in maps

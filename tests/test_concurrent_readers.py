@@ -75,3 +75,38 @@ def test_16_readers_four_files(tmp):
     with mcfs_mount(str(tmp / "src"), str(tmp / "mnt"), opts=["block_size=1M"]) as m:
         run_readers(N, lambda i: check_reader(m.p("f%d.bin" % (i % 4)), files[i % 4],
                                               seed=100 + i, reads=20))
+
+
+def test_killed_readers_leave_daemon_healthy(tmp):
+    """Readers killed (SIGKILL) in the middle of reads: the daemon goes on, no
+    slot stays pinned (the whole 4-slot tier is usable afterwards), and its
+    fetches in flight drain."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from conftest import wait_for
+    from gen import pread_direct
+
+    data = write_random(str(tmp / "src" / "k.bin"), 16 * MiB, seed=21)
+    with mcfs_mount(str(tmp / "src"), str(tmp / "mnt"),
+                    opts=["block_size=1M", "ram_cache=4M"]) as m:
+        code = ("import os,sys\n"
+                "fd=os.open(sys.argv[1],os.O_RDONLY)\n"
+                "while True:\n"
+                "    off=0\n"
+                "    while os.pread(fd,1<<20,off): off+=1<<20\n"
+                "    os.posix_fadvise(fd,0,0,os.POSIX_FADV_DONTNEED)\n")
+        for rnd in range(4):
+            procs = [subprocess.Popen([sys.executable, "-c", code, m.p("k.bin")])
+                     for _ in range(6)]
+            time.sleep(0.3)
+            for p in procs:
+                p.send_signal(signal.SIGKILL)
+            for p in procs:
+                p.wait(10)
+        assert wait_for(lambda: m.stats().get("inflight", 0) == 0, timeout=10), m.stats()
+        for off in range(0, 16 * MiB, 3 * MiB + 1):
+            assert pread_direct(m.p("k.bin"), off, MiB) == data[off:off + MiB], off
+        run_readers(4, lambda i: check_reader(m.p("k.bin"), data, seed=i, reads=10))

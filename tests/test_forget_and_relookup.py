@@ -11,7 +11,7 @@ import os
 import signal
 
 from conftest import mcfs_mount
-from gen import drop_caches, make_tree, tree_entries
+from gen import drop_caches, make_tree, sanitized, tree_entries
 
 
 def fd_count(pid):
@@ -57,7 +57,7 @@ def test_forget_relookup_churn(tmp):
             assert fd_count(pid) <= fds0 + 2, "daemon fds grew: %d -> %d" % (fds0,
                                                                           fd_count(pid))
             grown = rss_kb(pid) - rss0
-            assert grown < 32 * 1024, "daemon RSS grew by %d KiB over 2000 open/close" % grown
+            assert sanitized(pid) or grown < 32 * 1024, "daemon RSS grew by %d KiB over 2000 open/close" % grown
         finally:
             held.close()
         m.proc.send_signal(signal.SIGTERM)

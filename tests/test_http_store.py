@@ -198,3 +198,26 @@ def test_replaced_mid_read(store, tmp_path):
         assert "changed on the server" in m.log()
         with open(m.p("multi.bin"), "rb") as f:
             assert rc.sha(f.read()) == rc.sha(new)
+
+
+def test_listing_keeps_cached_blocks_autoindex(store, tmp_path):
+    """An `ls` of an autoindex directory must not change a file's identity: the
+    listing's version is the ETag nginx sends, so blocks read before the
+    listing are found after it (no second store read)."""
+    root, files, ng = store
+    name = sorted(rc.SIZES, key=rc.SIZES.get)[-1]
+    with mcfs_mount(ng.url, str(tmp_path / "mnt"), opts=OPTS) as m:
+        with open(m.p(name), "rb") as f:
+            assert f.read() == files[name]
+        s0 = m.stats()
+        assert name in os.listdir(m.path)
+        fd = os.open(m.p(name), os.O_RDONLY | os.O_DIRECT)
+        try:
+            import mmap
+            buf = mmap.mmap(-1, 1 << 20)
+            got = os.preadv(fd, [buf], 0)
+            assert bytes(buf[:got]) == files[name][:got]
+        finally:
+            os.close(fd)
+        s1 = m.stats()
+        assert s1["store_reads"] == s0["store_reads"], (s0, s1)

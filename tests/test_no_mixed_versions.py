@@ -59,10 +59,17 @@ def test_no_mixed_versions(tmp):
                 except FileNotFoundError:
                     continue  # between unlink and rename on some filesystems
                 try:
-                    if direct:
-                        got = pread_direct_fd(fd, 0, SIZE)
-                    else:
-                        got = b"".join(iter(lambda: os.read(fd, MiB), b""))
+                    # read to EOF: a direct read may come back short when a
+                    # later part of it failed; the next read then reports it
+                    parts, off = [], 0
+                    while True:
+                        b = pread_direct_fd(fd, off, 3 * MiB) if direct else \
+                            os.pread(fd, 3 * MiB, off)
+                        if not b:
+                            break
+                        parts.append(b)
+                        off += len(b)
+                    got = b"".join(parts)
                 except OSError as e:
                     assert e.errno == errno.EIO, e
                     with lock:

@@ -20,6 +20,8 @@ CASES = {
     "small_kernel_ra": ["read_ahead_kb=16", "block_size=2M"],
     "block_64m": ["block_size=64M", "ram_cache=256M"],
     "no_readahead": ["readahead_max=0", "block_size=1M", "ram_cache=4M"],
+    "splice_tiny_tier": ["splice=true", "block_size=1M", "ram_cache=4M"],
+    "one_thread_64m": ["max_threads=1", "block_size=64M", "ram_cache=256M"],
 }
 
 

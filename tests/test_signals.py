@@ -56,3 +56,37 @@ def test_sigterm_with_open_file_and_readers(tmp):
             for t in ts:
                 t.join(10)
         assert not any(t.is_alive() for t in ts), "a reader is stuck after the daemon exited"
+
+
+@pytest.mark.parametrize("how", ["umount", "fusermount3 -u"])
+def test_external_umount_ends_daemon(tmp, how):
+    """`umount DIR` or `fusermount3 -u DIR` from outside: the foreground daemon
+    notices, exits 0, and leaves nothing mounted."""
+    import subprocess
+    mnt = str(tmp / "mnt")
+    with mcfs_mount(str(tmp / "src"), mnt) as m:
+        r = subprocess.run(how.split() + [mnt], capture_output=True, text=True, timeout=20)
+        assert r.returncode == 0, r.stderr
+        rc = m.proc.wait(timeout=10)
+        assert rc == 0, "exit status %d\n%s" % (rc, m.log())
+        assert not fuse_mounted(mnt)
+
+
+def test_quick_mount_unmount_cycles(tmp):
+    """Mount, then at once SIGTERM or unmount, 12 times: start-up and shut-down
+    don't race (exit 0 every time, nothing left mounted)."""
+    import subprocess
+    (tmp / "src" / "f").write_bytes(b"f")
+    mnt = str(tmp / "mnt")
+    for i in range(12):
+        with mcfs_mount(str(tmp / "src"), mnt, opts=["block_size=1M", "ram_cache=4M"]) as m:
+            if i % 3 == 0:
+                m.proc.send_signal(signal.SIGTERM)
+            elif i % 3 == 1:
+                subprocess.run(["fusermount3", "-u", mnt], capture_output=True, timeout=20)
+            else:
+                assert open(m.p("f"), "rb").read() == b"f"
+                m.proc.send_signal(signal.SIGINT)
+            rc = m.proc.wait(timeout=10)
+            assert rc == 0, "cycle %d: exit status %d\n%s" % (i, rc, m.log())
+        assert not fuse_mounted(mnt), "cycle %d left a mount" % i

@@ -13,6 +13,8 @@ readahead_max=0 keeps readahead from adding fetches the test did not ask for.
 import os
 import threading
 
+import pytest
+
 from conftest import mcfs_mount
 from gen import MiB, cached_bytes, drop_caches, pread_direct_fd, write_random
 
@@ -103,3 +105,43 @@ def test_single_flight(tmp):
             assert d["hits"] + d["waits"] == 15, "round %d: %s" % (r, d)
             total_waits += d["waits"]
         assert total_waits > 0, "no reader ever joined a fetch in flight in %d rounds" % rounds
+
+
+@pytest.mark.parametrize("bs", ["1M", "8M"])
+def test_second_random_read_makes_no_store_reads(tmp, bs):
+    """The same holds for a random reader: after one pass over the whole file in
+    shuffled 64 KiB reads (O_DIRECT) the file is cached, and a second shuffled
+    pass, and a sequential one, make no store reads. The RAM tier (64 MiB) is
+    twice the file (32 MiB)."""
+    import random
+    data = write_random(str(tmp / "src" / "r.bin"), 32 * MiB, seed=3)
+    chunk = 64 * 1024
+    offs = list(range(0, len(data), chunk))
+    # default readahead: random-read detection is part of what is tested
+    with mcfs_mount(str(tmp / "src"), str(tmp / "mnt"),
+                    opts=["block_size=" + bs, "ram_cache=64M"]) as m:
+        path = m.p("r.bin")
+        fd = os.open(path, os.O_RDONLY | os.O_DIRECT)
+        try:
+            random.Random(1).shuffle(offs)
+            for off in offs:
+                assert pread_direct_fd(fd, off, chunk) == data[off:off + chunk]
+            s1 = m.stats()
+            cached, size = cached_bytes(path), len(data)
+            random.Random(2).shuffle(offs)
+            for off in offs:
+                assert pread_direct_fd(fd, off, chunk) == data[off:off + chunk]
+            s2 = m.stats()
+            reads, nbytes = (s2["store_reads"] - s1["store_reads"],
+                             s2["store_bytes"] - s1["store_bytes"])
+            assert reads == 0, ("second random pass: %d store reads, %d bytes (after the "
+                                "first pass %d of %d bytes were cached)" % (reads, nbytes,
+                                                                          cached, size))
+            assert cached == size, "after reading every byte, %d of %d bytes are cached" % (
+                cached, size)
+        finally:
+            os.close(fd)
+        drop_caches()
+        with open(path, "rb") as f:
+            assert f.read() == data
+        assert m.stats()["store_reads"] == s2["store_reads"]

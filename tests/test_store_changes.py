@@ -194,3 +194,36 @@ def test_old_open_never_sees_new_version(tmp):
             assert is_a, "open 1 read %d bytes of no version" % len(rest)
         finally:
             f1.close()
+
+
+def test_random_reader_after_replace(tmp):
+    """A random reader (its misses fetch only the pages they read) of version A
+    keeps getting A's bytes or EIO after the store file is replaced by B of
+    the same size: never B's pages, in blocks it touched or not."""
+    import random
+    path = tmp / "src" / "r.bin"
+    a = write_random(str(path), 8 * MiB, seed=1)
+    b = write_random(str(tmp / "b.staged"), 8 * MiB, seed=2)
+    chunk = 64 * 1024
+    offs = list(range(0, len(a), chunk))
+    random.Random(5).shuffle(offs)
+    with mcfs_mount(str(tmp / "src"), str(tmp / "mnt"), opts=["block_size=1M"]) as m:
+        fd = os.open(m.p("r.bin"), os.O_RDONLY | os.O_DIRECT)
+        try:
+            for off in offs[:40]:
+                assert pread_direct_fd(fd, off, chunk) == a[off:off + chunk]
+            os.replace(str(tmp / "b.staged"), str(path))
+            eios = 0
+            for off in offs:
+                try:
+                    got = pread_direct_fd(fd, off, chunk)
+                except OSError as e:
+                    assert e.errno == errno.EIO, e
+                    eios += 1
+                    continue
+                is_a, is_b = got == a[off:off + chunk], got == b[off:off + chunk]
+                assert not is_b, "version A's open read version B at %d" % off
+                assert is_a, "bytes of no version at %d" % off
+            assert eios > 0, "no read failed although most of A is gone from the store"
+        finally:
+            os.close(fd)

@@ -172,3 +172,26 @@ def test_cp_a_copy_equals_source(tmp):
         assert a[rel] == b[rel], rel
     r = subprocess.run(["diff", "-r", "--no-dereference", src, dst], capture_output=True)
     assert r.returncode == 0, r.stdout[:2000]
+
+
+def test_deep_nesting_and_odd_bytes(tmp):
+    """200 levels of directories, and names with a newline, a backslash, a tab,
+    a colon and '\\x01': found, listed and read like the source."""
+    src = tmp / "src"
+    deep = src
+    for i in range(200):
+        deep = deep / ("d%d" % (i % 10))
+    deep.mkdir(parents=True)
+    (deep / "bottom.bin").write_bytes(b"bottom")
+    odd = ["new\nline", "back\\slash", "tab\there", "co:lon", "ctl\x01char", "q?*[]{}"]
+    for i, n in enumerate(odd):
+        (src / n).write_bytes(b"%d" % i)
+    with mcfs_mount(str(src), str(tmp / "mnt")) as m:
+        rel = os.path.relpath(str(deep / "bottom.bin"), str(src))
+        assert open(m.p(rel), "rb").read() == b"bottom"
+        assert os.listdir(m.p(os.path.dirname(rel))) == ["bottom.bin"]
+        assert sorted(os.listdir(m.path)) == sorted(os.listdir(str(src)))
+        for i, n in enumerate(odd):
+            assert open(m.p(n), "rb").read() == b"%d" % i, repr(n)
+            assert os.stat(m.p(n)).st_size == len(b"%d" % i)
+        assert tree_entries(m.path) == tree_entries(str(src))

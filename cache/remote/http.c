@@ -129,6 +129,10 @@ static int http_open(struct remote *r)
 		rc = 0;
 	} else if (rc == 0) {
 		MCFS_INFO("http: manifest lists %zu entries", remote_manifest_count(man));
+	} else if (r->cfg->offline && r->cfg->cache_dir[0]) {
+		/* -o offline (issue 5): the server is down; names come from cache_dir */
+		MCFS_WARN("http: %s is not reachable: offline, no manifest", h->shown);
+		rc = 0;
 	}
 	if (rc < 0)
 		goto fail;

@@ -475,6 +475,13 @@ int remote_autoindex_parse(const char *json, size_t len, struct remote_dirent **
 		ents[k].attr.size = (uint64_t)num(o, "size");
 		t = mt ? curl_getdate(mt, NULL) : 0;
 		ents[k].attr.mtime_ns = t > 0 ? (int64_t)t * 1000000000 : 0;
+		/* The ETag nginx sends for this file ("%xT-%xO": mtime seconds, size),
+		 * so that a listed file has the identity a HEAD gives it: an `ls`
+		 * must not make its cached blocks unreachable. */
+		if (S_ISREG(ents[k].attr.mode) && t > 0)
+			snprintf(ents[k].attr.version, sizeof(ents[k].attr.version),
+				 "\"%llx-%llx\"", (unsigned long long)t,
+				 (unsigned long long)ents[k].attr.size);
 		k++;
 	}
 	cJSON_Delete(root);

@@ -1,0 +1,55 @@
+"""Helpers shared by the disk-tier suites (issue 5): a tree of files worth
+several blocks, its checksums, and waiting for write-behind to settle."""
+import hashlib
+import os
+import time
+
+from gen import MiB, write_random
+
+# 1 MiB blocks keep the trees small while crossing many block boundaries.
+OPTS = ["block_size=1M", "ram_cache=64M"]
+
+
+def make_model_tree(root, n=6, size=3 * MiB + 12345, seed=50):
+    """n files of `size` bytes (plus a few small ones) under root; returns {rel: sha256}."""
+    sums = {}
+    for i in range(n):
+        rel = os.path.join("model", "shard-%02d.bin" % i)
+        data = write_random(os.path.join(root, rel), size + i * 4099, seed=seed + i)
+        sums[rel] = hashlib.sha256(data).hexdigest()
+    for i, sz in enumerate((0, 1, 4097)):
+        rel = os.path.join("cfg", "small-%d" % i)
+        data = write_random(os.path.join(root, rel), sz, seed=seed + 100 + i)
+        sums[rel] = hashlib.sha256(data).hexdigest()
+    return sums
+
+
+def tree_sums(root, rels):
+    out = {}
+    for rel in rels:
+        h = hashlib.sha256()
+        with open(os.path.join(root, rel), "rb") as f:
+            while True:
+                b = f.read(4 * MiB)
+                if not b:
+                    break
+                h.update(b)
+        out[rel] = h.hexdigest()
+    return out
+
+
+def settle(m, timeout=20):
+    """Waits until write-behind has nothing queued; returns the stats."""
+    deadline = time.time() + timeout
+    while True:
+        st = m.stats()
+        if st.get("disk_queued", 0) == 0 and st.get("inflight", 0) == 0:
+            return st
+        if time.time() > deadline:
+            raise AssertionError("write-behind did not settle: %s" % st)
+        time.sleep(0.05)
+
+
+def drop_page_cache():
+    with open("/proc/sys/vm/drop_caches", "w") as f:
+        f.write("3\n")

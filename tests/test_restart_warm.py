@@ -1,0 +1,133 @@
+"""Restart-warm (issue 5): a node that read a model yesterday reads it today
+without touching the store. Remounting the same store with the same
+cache_dir serves the files read before - bytes, attributes and listings -
+with zero store requests after the mount's own check of the root, counted by
+the daemon and, with nginx, at the server's access log. After attr_ttl a
+changed file is revalidated and its old blocks are never served."""
+import os
+import subprocess
+import time
+
+import pytest
+
+from conftest import mcfs_mount, wait_for
+from disk_helpers import OPTS, make_model_tree, settle, tree_sums
+from gen import MiB, write_random
+from servers import Nginx, have_nginx
+
+
+def listing(root):
+    out = []
+    for dp, dns, fns in os.walk(root):
+        for n in sorted(dns + fns):
+            st = os.lstat(os.path.join(dp, n))
+            out.append((os.path.relpath(os.path.join(dp, n), root), st.st_mode, st.st_size,
+                        st.st_mtime_ns))
+    return sorted(out)
+
+
+def test_remount_reads_with_zero_store_requests(tmp):
+    sums = make_model_tree(str(tmp / "src"))
+    opts = OPTS + ["cache_dir=" + str(tmp / "cache")]
+    with mcfs_mount(str(tmp / "src"), str(tmp / "mnt"), opts=opts) as m:
+        before = listing(m.path)
+        assert tree_sums(m.path, sums) == sums
+        st = settle(m)
+        assert st["store_reads"] > 0 and st["disk_writes"] > 0, st
+    with mcfs_mount(str(tmp / "src"), str(tmp / "mnt"), opts=opts) as m:
+        at_mount = m.stats()
+        assert listing(m.path) == before
+        assert tree_sums(m.path, sums) == sums
+        st = m.stats()
+        # the mount checks the store's root once; nothing after that
+        assert st["store_requests"] == at_mount["store_requests"] <= 1, (at_mount, st)
+        assert st["store_reads"] == 0 and st["fetches"] == 0, st
+        assert st["disk_hits"] > 0 and st["disk_csum_errors"] == 0, st
+
+
+class LoggingNginx(Nginx):
+    """The test servers' nginx, with an access log to count requests at the server."""
+
+    def start(self):
+        super().start()
+        conf = os.path.join(self.dir, "nginx.conf")
+        self.access = os.path.join(self.dir, "access.log")
+        with open(conf) as f:
+            text = f.read().replace("access_log off;", "access_log %s;" % self.access)
+        with open(conf, "w") as f:
+            f.write(text)
+        nginx = "/usr/sbin/nginx" if os.path.exists("/usr/sbin/nginx") else "nginx"
+        subprocess.run([nginx, "-c", conf, "-p", self.dir + "/", "-s", "reload"], check=True)
+        # reload is asynchronous: wait until a request shows up in the log
+        import urllib.request
+        def logged():
+            try:
+                urllib.request.urlopen(self.url + "/", timeout=2).read()
+            except Exception:
+                pass
+            return os.path.exists(self.access) and os.path.getsize(self.access) > 0
+        assert wait_for(logged, timeout=10, step=0.2), "nginx access log never appeared"
+        return self
+
+    def requests(self):
+        with open(self.access) as f:
+            return f.read().splitlines()
+
+
+def http_supported(tmp):
+    from conftest import run_mcfs
+    r = run_mcfs("help-config")
+    return "endpoint" in r.stdout  # built with the network backends
+
+
+@pytest.mark.skipif(not have_nginx(), reason="nginx not installed")
+def test_remount_zero_requests_at_the_server(tmp):
+    src = str(tmp / "src")
+    sums = make_model_tree(src, n=3)
+    opts = OPTS + ["cache_dir=" + str(tmp / "cache"), "retries=0"]
+    with LoggingNginx(src, workdir=str(tmp / "ng")) as ng:
+        try:
+            m_ctx = mcfs_mount(ng.url + "/", str(tmp / "mnt"), opts=opts)
+            m = m_ctx.__enter__()
+        except RuntimeError as e:
+            if "unsupported source" in str(e):
+                pytest.skip("this mcfs is built without the http backend (MCFS_NO_NET)")
+            raise
+        # Reads by path only: an autoindex listing gives files no version (the
+        # HEAD gives the ETag), so a listing would change their cache identity.
+        # Known gap of the http backend, reported; listings are covered by the
+        # posix test above.
+        try:
+            assert tree_sums(m.path, sums) == sums
+            settle(m)
+        finally:
+            m_ctx.__exit__(None, None, None)
+        assert len(ng.requests()) > 3
+        with mcfs_mount(ng.url + "/", str(tmp / "mnt"), opts=opts) as m:
+            n0 = len(ng.requests())  # after the mount's check of the root
+            assert tree_sums(m.path, sums) == sums
+            new = ng.requests()[n0:]
+            assert new == [], "requests reached the store after remount: %s" % new[:5]
+            assert m.stats()["store_reads"] == 0
+
+
+def test_changed_file_is_revalidated_after_attr_ttl(tmp):
+    p = str(tmp / "src" / "w.bin")
+    old = write_random(p, 3 * MiB, seed=1)
+    opts = OPTS + ["cache_dir=" + str(tmp / "cache"), "attr_ttl=1", "keep_cache=false"]
+    with mcfs_mount(str(tmp / "src"), str(tmp / "mnt"), opts=opts) as m:
+        assert open(m.p("w.bin"), "rb").read() == old
+        settle(m)
+    new = write_random(p, 3 * MiB, seed=2)  # same size, new bytes and mtime
+    os.utime(p, ns=(time.time_ns() + 5 * 10**9,) * 2)
+    time.sleep(1.2)
+    with mcfs_mount(str(tmp / "src"), str(tmp / "mnt"), opts=opts) as m:
+        assert open(m.p("w.bin"), "rb").read() == new  # never the old blocks
+        st = m.stats()
+        assert st["store_reads"] >= 3 and st["disk_hits"] == 0, st
+        settle(m)
+        # and within one mount: changed again, seen after the ttl
+        newer = write_random(p, 3 * MiB, seed=3)
+        os.utime(p, ns=(time.time_ns() + 10 * 10**9,) * 2)
+        time.sleep(1.2)
+        assert open(m.p("w.bin"), "rb").read() == newer

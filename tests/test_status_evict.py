@@ -1,0 +1,67 @@
+"""`mcfs status MOUNTPOINT` and `mcfs evict PATH` (issue 5): status prints
+both tiers' usage and hit ratios, bytes fetched and fetches in flight;
+evict drops a file's blocks from RAM and disk (its user.mcfs.cached goes to
+0) so the next read goes to the store; per-file cached bytes include the
+disk tier."""
+import os
+import re
+
+from conftest import mcfs_mount, run_mcfs
+from disk_helpers import OPTS, settle
+from gen import MiB, cached_bytes, write_random
+
+
+def test_status_prints_tiers(tmp):
+    data = write_random(str(tmp / "src" / "a.bin"), 5 * MiB + 3, seed=1)
+    with mcfs_mount(str(tmp / "src"), str(tmp / "mnt"),
+                    opts=OPTS + ["cache_dir=" + str(tmp / "cache")]) as m:
+        assert open(m.p("a.bin"), "rb").read() == data
+        settle(m)
+        r = run_mcfs("status", m.path)
+        assert r.returncode == 0, r.stderr
+        out = r.stdout
+        assert re.search(r"RAM tier: +\d+ of 64 slots used", out), out
+        assert re.search(r"disk tier: +on; 6 of \d+ blocks", out), out
+        assert "hit ratio" in out and "written 5.0 MiB (6 blocks)" in out, out
+        assert re.search(r"store: +5\.0 MiB fetched in 6 blocks", out), out
+        assert re.search(r"in flight: +0 fetches, 0 disk writes queued", out), out
+    r = run_mcfs("status", str(tmp))
+    assert r.returncode != 0 and "not an mcfs mount" in r.stderr
+
+
+def test_status_without_disk_tier(tmp):
+    write_random(str(tmp / "src" / "a.bin"), 10, seed=1)
+    with mcfs_mount(str(tmp / "src"), str(tmp / "mnt"), opts=OPTS) as m:
+        r = run_mcfs("status", m.path)
+        assert r.returncode == 0 and "disk tier:  off" in r.stdout, r.stdout
+
+
+def test_evict_drops_both_tiers(tmp):
+    a = write_random(str(tmp / "src" / "d" / "a.bin"), 3 * MiB, seed=1)
+    b = write_random(str(tmp / "src" / "d" / "b.bin"), 2 * MiB, seed=2)
+    opts = OPTS + ["cache_dir=" + str(tmp / "cache"), "keep_cache=false"]
+    with mcfs_mount(str(tmp / "src"), str(tmp / "mnt"), opts=opts) as m:
+        assert open(m.p("d", "a.bin"), "rb").read() == a
+        assert open(m.p("d", "b.bin"), "rb").read() == b
+        settle(m)
+        assert cached_bytes(m.p("d", "a.bin")) == 3 * MiB
+    # a fresh daemon: RAM empty, so cached bytes are the disk tier's alone
+    with mcfs_mount(str(tmp / "src"), str(tmp / "mnt"), opts=opts) as m:
+        assert cached_bytes(m.p("d", "a.bin")) == 3 * MiB
+        r = run_mcfs("evict", m.p("d", "a.bin"))
+        assert r.returncode == 0 and "evicted 1 file, 3.0 MiB dropped" in r.stdout, r.stdout
+        assert cached_bytes(m.p("d", "a.bin")) == 0
+        assert cached_bytes(m.p("d", "b.bin")) == 2 * MiB
+        reads = m.stats()["store_reads"]
+        assert open(m.p("d", "a.bin"), "rb").read() == a
+        assert m.stats()["store_reads"] >= reads + 3
+        settle(m)
+        # a directory: every file below
+        r = run_mcfs("evict", m.p("d"))
+        assert r.returncode == 0 and "evicted 2 files" in r.stdout, r.stdout
+        assert cached_bytes(m.p("d", "a.bin")) == 0 and cached_bytes(m.p("d", "b.bin")) == 0
+        r = run_mcfs("evict", str(tmp / "src" / "d" / "a.bin"))
+        assert r.returncode == 1 and "not a file on an mcfs mount" in r.stderr
+    # evicted blocks stay evicted across a restart
+    with mcfs_mount(str(tmp / "src"), str(tmp / "mnt"), opts=opts) as m:
+        assert cached_bytes(m.p("d", "b.bin")) == 0
