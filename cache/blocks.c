@@ -510,8 +510,7 @@ int cache_block_get_range(struct cache *c, struct cache_file *f, uint64_t index,
 	return 0;
 }
 
-int cache_block_get(struct cache *c, struct cache_file *f, uint64_t index,
-		    struct cache_block **out)
+int cache_block_get(struct cache *c, struct cache_file *f, uint64_t index, struct cache_block **out)
 {
 	if (index >= f->nblocks)
 		return -EINVAL;

@@ -37,37 +37,39 @@ struct cache_stream;
 /* Upper bounds (seconds) of the fetch-latency histogram buckets; the last is +Inf. */
 #define CACHE_LAT_BUCKETS 12
 #define CACHE_LAT_BOUNDS                                                                           \
-	{0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 1e300}
+	{                                                                                          \
+		0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 1e300           \
+	}
 /* Readahead window histogram: bucket i counts windows of at most 2^i blocks, at growth. */
 #define CACHE_RA_BUCKETS 12
 
 struct cache_stats {
-	uint64_t block_size;      /* bytes */
-	uint64_t slots;           /* RAM-tier slots */
-	uint64_t slots_used;      /* slots holding a block (loading or ready) */
-	uint64_t hits;            /* gets answered from a ready slot */
-	uint64_t misses;          /* gets that started a fetch */
-	uint64_t waits;           /* gets that joined another's fetch (single flight) */
-	uint64_t evictions;       /* ready blocks dropped for room */
-	uint64_t fetches;         /* block fetches from the store, done or failed */
-	uint64_t fetch_errors;    /* of which failed */
-	uint64_t fetched_bytes;   /* bytes of blocks fetched */
-	uint64_t prefetches;      /* fetches started by readahead or prefetch */
+	uint64_t block_size;	  /* bytes */
+	uint64_t slots;		  /* RAM-tier slots */
+	uint64_t slots_used;	  /* slots holding a block (loading or ready) */
+	uint64_t hits;		  /* gets answered from a ready slot */
+	uint64_t misses;	  /* gets that started a fetch */
+	uint64_t waits;		  /* gets that joined another's fetch (single flight) */
+	uint64_t evictions;	  /* ready blocks dropped for room */
+	uint64_t fetches;	  /* block fetches from the store, done or failed */
+	uint64_t fetch_errors;	  /* of which failed */
+	uint64_t fetched_bytes;	  /* bytes of blocks fetched */
+	uint64_t prefetches;	  /* fetches started by readahead or prefetch */
 	uint64_t prefetch_unused; /* prefetched blocks evicted before any read */
-	uint64_t inflight;        /* fetches running now */
+	uint64_t inflight;	  /* fetches running now */
 	uint64_t prefetch_bytes;  /* readahead memory in use now (budget: prefetch_mem) */
 	uint64_t fetch_lat[CACHE_LAT_BUCKETS]; /* fetches by latency, non-cumulative */
-	double fetch_lat_sum;                   /* seconds, all fetches */
+	double fetch_lat_sum;		       /* seconds, all fetches */
 	uint64_t ra_window[CACHE_RA_BUCKETS];  /* window sizes seen (log2 buckets) */
 	/* Disk tier (all 0 when there is none): see struct cache_disk_stats. */
-	int disk_state;              /* 0 off, 1 on, 2 full (ENOSPC: RAM only now) */
+	int disk_state; /* 0 off, 1 on, 2 full (ENOSPC: RAM only now) */
 	uint64_t disk_slots, disk_slots_used, disk_bytes_limit, disk_bytes_used;
-	uint64_t disk_hits;          /* RAM misses answered by the disk tier */
-	uint64_t disk_misses;        /* RAM misses it did not hold (went to the store) */
+	uint64_t disk_hits;   /* RAM misses answered by the disk tier */
+	uint64_t disk_misses; /* RAM misses it did not hold (went to the store) */
 	uint64_t disk_read_bytes, disk_writes, disk_written_bytes, disk_write_drops;
-	uint64_t disk_csum_errors;   /* blocks dropped for a bad checksum (refetched) */
+	uint64_t disk_csum_errors; /* blocks dropped for a bad checksum (refetched) */
 	uint64_t disk_io_errors, disk_evictions;
-	uint64_t disk_queued;        /* write-behind jobs queued or being written */
+	uint64_t disk_queued; /* write-behind jobs queued or being written */
 };
 
 /*

@@ -27,21 +27,21 @@ enum slot_state {
  * while LOADING (written by the one fetch thread that holds the job). */
 struct cache_block {
 	struct cache_file *file; /* owner identity while not FREE */
-	uint64_t index;          /* block number in the file */
-	char *data;              /* block_size bytes of the region, fixed for the slot */
-	uint32_t len;            /* bytes of the block when READY (block_size, less at EOF) */
-	uint32_t vlo, vhi;       /* the range the current (or last) fetch job asked for */
-	uint64_t *pages;         /* bitmap of the 4 KiB pages held: all of them but for a
+	uint64_t index;		 /* block number in the file */
+	char *data;		 /* block_size bytes of the region, fixed for the slot */
+	uint32_t len;		 /* bytes of the block when READY (block_size, less at EOF) */
+	uint32_t vlo, vhi;	 /* the range the current (or last) fetch job asked for */
+	uint64_t *pages;	 /* bitmap of the 4 KiB pages held: all of them but for a
 				    random reader's partial block (cache->page_words words) */
-	bool extending;          /* READY, and a job fetches more of its pages */
-	int xerr;                /* negative errno of the last failed extension, or 0 */
+	bool extending;		 /* READY, and a job fetches more of its pages */
+	int xerr;		 /* negative errno of the last failed extension, or 0 */
 	enum slot_state state;
-	int err;                 /* negative errno when ERROR */
-	unsigned refs;           /* readers + the job; > 0 means never evicted */
-	bool prefetched;         /* fetched by readahead, not read yet: counts in prefetch_bytes */
-	bool queued;             /* on the job queue, not yet taken by a fetch thread */
-	bool warm;               /* a warm-up fetch: counts in cache->warm_jobs while LOADING */
-	struct cache_block *hnext;       /* hash chain */
+	int err;	 /* negative errno when ERROR */
+	unsigned refs;	 /* readers + the job; > 0 means never evicted */
+	bool prefetched; /* fetched by readahead, not read yet: counts in prefetch_bytes */
+	bool queued;	 /* on the job queue, not yet taken by a fetch thread */
+	bool warm;	 /* a warm-up fetch: counts in cache->warm_jobs while LOADING */
+	struct cache_block *hnext;	 /* hash chain */
 	struct cache_block *prev, *next; /* LRU list (READY, refs 0), free list or job queue */
 };
 
@@ -49,9 +49,9 @@ struct cache_block {
  * bytes per version seen), so that a reopen finds the blocks read before. */
 struct cache_file {
 	struct cache_file *hnext; /* file table chain, guarded by lock */
-	uint64_t id;              /* unique within the cache, never reused */
-	unsigned refs;            /* guarded by lock; for assertions and debugging */
-	uint64_t size;            /* bytes */
+	uint64_t id;		  /* unique within the cache, never reused */
+	unsigned refs;		  /* guarded by lock; for assertions and debugging */
+	uint64_t size;		  /* bytes */
 	uint64_t nblocks;
 	char *path;
 	char version[REMOTE_VERSION_MAX];
@@ -64,16 +64,16 @@ struct slot_list {
 };
 
 struct cache {
-	const struct cfg *cfg;  /* borrowed */
-	struct remote *remote;  /* borrowed */
-	uint64_t bs;            /* block size, bytes */
-	unsigned bs_shift;      /* log2(bs) */
-	char *region;           /* nslots * bs bytes, mmap'd */
+	const struct cfg *cfg; /* borrowed */
+	struct remote *remote; /* borrowed */
+	uint64_t bs;	       /* block size, bytes */
+	unsigned bs_shift;     /* log2(bs) */
+	char *region;	       /* nslots * bs bytes, mmap'd */
 	size_t region_len;
 	struct cache_block *slots;
 	size_t nslots;
-	uint64_t *page_bits;  /* nslots * page_words words: the slots' page bitmaps */
-	size_t page_words;    /* words per bitmap: block_size / 4 KiB / 64, rounded up */
+	uint64_t *page_bits;	  /* nslots * page_words words: the slots' page bitmaps */
+	size_t page_words;	  /* words per bitmap: block_size / 4 KiB / 64, rounded up */
 	uint64_t prefetch_budget; /* bytes */
 
 	pthread_mutex_t lock;
@@ -81,17 +81,17 @@ struct cache {
 	pthread_cond_t freed;  /* a slot went to the free list or the LRU */
 	pthread_cond_t work;   /* the job queue got a job, or stopping */
 
-	struct cache_block **buckets; /* guarded by lock */
-	size_t nbuckets;              /* power of two */
+	struct cache_block **buckets;	  /* guarded by lock */
+	size_t nbuckets;		  /* power of two */
 	struct slot_list lru, free, jobs; /* guarded by lock */
-	struct cache_file **fbuckets;     /* guarded by lock */
+	struct cache_file **fbuckets;	  /* guarded by lock */
 	size_t nfbuckets;
-	uint64_t next_file_id;            /* guarded by lock */
-	bool stopping;                    /* guarded by lock */
-	unsigned inflight;                /* guarded by lock: fetches running */
-	uint64_t prefetch_bytes;          /* guarded by lock */
-	unsigned warm_jobs;               /* guarded by lock: warm-up fetches queued or running */
-	struct cache_stats st;            /* guarded by lock (counters only) */
+	uint64_t next_file_id;	 /* guarded by lock */
+	bool stopping;		 /* guarded by lock */
+	unsigned inflight;	 /* guarded by lock: fetches running */
+	uint64_t prefetch_bytes; /* guarded by lock */
+	unsigned warm_jobs;	 /* guarded by lock: warm-up fetches queued or running */
+	struct cache_stats st;	 /* guarded by lock (counters only) */
 
 	pthread_t *threads;
 	unsigned nthreads;
@@ -109,7 +109,7 @@ void cache_list_push_back(struct slot_list *l, struct cache_block *b);
 void *cache_fetch_thread(void *arg);
 
 /* tiers.c: the disk tier and metadata store under cfg->cache_dir (no-ops without). */
-void cache_tiers_open(struct cache *c);  /* can't fail: RAM only, with a warning */
+void cache_tiers_open(struct cache *c);	 /* can't fail: RAM only, with a warning */
 void cache_tiers_close(struct cache *c); /* after the fetch threads stopped */
 /* Fills b's slot with its whole block from the disk tier (verified). No lock held. */
 bool cache_tier_fill(struct cache *c, struct cache_block *b, uint32_t *len);

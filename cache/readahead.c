@@ -26,14 +26,14 @@ struct cache_stream {
 	struct cache *c;
 	struct cache_file *f; /* reference held */
 	pthread_mutex_t lock; /* guards the fields below; taken before c->lock */
-	uint64_t last;        /* block of the last access */
+	uint64_t last;	      /* block of the last access */
 	uint64_t ra_next;     /* first block not yet asked for */
 	unsigned window;      /* blocks; 0 = not sequential */
 	unsigned max_window;  /* readahead_max / block_size */
-	bool started;         /* an access has been seen */
-	bool random;          /* the last access did not continue the stream */
+	bool started;	      /* an access has been seen */
+	bool random;	      /* the last access did not continue the stream */
 	uint64_t next_off;    /* end of the furthest access of the current run */
-	uint64_t run;         /* bytes read contiguously (within RA_REORDER) so far */
+	uint64_t run;	      /* bytes read contiguously (within RA_REORDER) so far */
 };
 
 /* How far requests of one stream arrive out of order: the kernel's readahead

@@ -39,7 +39,7 @@ struct key {
 	size_t size; /* sizeof the field, for KEY_STR */
 	double min, max;
 	int (*check)(const char *value); /* extra rule for KEY_STR; 0 = ok */
-	const char *allowed;             /* shown in errors and help */
+	const char *allowed;		 /* shown in errors and help */
 };
 
 static int check_addressing(const char *v)
@@ -82,63 +82,81 @@ static int check_hostport(const char *v)
 #define F(field) offsetof(struct cfg, field), sizeof(((struct cfg *)0)->field)
 
 static const struct key keys[] = {
-	{"block_size", KEY_SIZE, F(block_size), 1 * MiB, 64 * MiB, NULL,
-	 "a power of two from 1M to 64M; the unit fetched and cached"},
-	{"ram_cache", KEY_SIZE, F(ram_cache), 0, 1024.0 * GiB, NULL,
-	 "a size of at least 4 blocks, e.g. 2G; RAM tier"},
-	{"readahead_max", KEY_SIZE, F(readahead_max), 0, 64.0 * GiB, NULL,
-	 "a size, 0 (off) or at least one block; cap of one stream's readahead window"},
-	{"prefetch_mem", KEY_SIZE, F(prefetch_mem), 0, 1024.0 * GiB, NULL,
-	 "a size; RAM all readahead and prefetch may hold (0 = half of ram_cache)"},
-	{"connections", KEY_UINT, F(connections), 1, 256, NULL,
-	 "1 to 256; fetches in flight to the store"},
-	{"odirect", KEY_BOOL, F(odirect), 0, 0, NULL, "true or false; posix store reads with O_DIRECT"},
-	{"attr_ttl", KEY_DOUBLE, F(attr_ttl), 0, 1e9, NULL,
-	 "seconds, 0 or more; how long attributes and listings are trusted"},
-	{"negative_ttl", KEY_DOUBLE, F(negative_ttl), 0, 1e9, NULL,
-	 "seconds, 0 or more; how long a missing name stays missing"},
-	{"read_ahead_kb", KEY_UINT, F(read_ahead_kb), 0, 1048576, NULL,
-	 "0 to 1048576 KiB; kernel readahead set on the mount (0 = kernel default)"},
-	{"splice", KEY_BOOL, F(splice), 0, 0, NULL, "true or false; splice replies into /dev/fuse"},
-	{"keep_cache", KEY_BOOL, F(keep_cache), 0, 0, NULL,
-	 "true or false; keep page cache across opens of unchanged files"},
-	{"max_threads", KEY_UINT, F(max_threads), 1, 1024, NULL, "1 to 1024; FUSE worker threads"},
-	{"allow_other", KEY_BOOL, F(allow_other), 0, 0, NULL,
-	 "true or false; let other users (pods) read the mount"},
-	{"endpoint", KEY_STR, F(endpoint), 0, 0, NULL, "an http(s) URL of an S3-compatible service"},
-	{"region", KEY_STR, F(region), 0, 0, NULL, "an S3 region name, e.g. us-east-1"},
-	{"profile", KEY_STR, F(profile), 0, 0, NULL, "a profile in ~/.aws/credentials"},
-	{"access_key", KEY_STR, F(access_key), 0, 0, NULL, "an S3 access key id"},
-	{"secret_key", KEY_STR, F(secret_key), 0, 0, NULL, "an S3 secret key"},
-	{"session_token", KEY_STR, F(session_token), 0, 0, NULL, "an S3 session token"},
-	{"addressing", KEY_STR, F(addressing), 0, 0, check_addressing, "path or virtual"},
-	{"anonymous", KEY_BOOL, F(anonymous), 0, 0, NULL, "true or false; unsigned S3 requests"},
-	{"tls_verify", KEY_BOOL, F(tls_verify), 0, 0, NULL,
-	 "true or false; verify TLS certificates"},
-	{"ca_file", KEY_STR, F(ca_file), 0, 0, NULL, "a PEM CA bundle path"},
-	{"connect_timeout", KEY_DOUBLE, F(connect_timeout), 0.1, 3600, NULL,
-	 "seconds, 0.1 to 3600"},
-	{"timeout", KEY_DOUBLE, F(timeout), 0.1, 3600, NULL,
-	 "seconds, 0.1 to 3600; a stalled transfer is retried after this"},
-	{"retries", KEY_UINT, F(retries), 0, 100, NULL, "0 to 100; retries of a failed fetch"},
-	{"manifest", KEY_STR, F(manifest), 0, 0, NULL,
-	 "a file name; the JSON listing at an http store's base"},
-	{"cache_dir", KEY_STR, F(cache_dir), 0, 0, NULL,
-	 "a directory for the disk tier and metadata (empty = RAM only)"},
-	{"disk_cache", KEY_STR, F(disk_cache), 0, 0, check_disk_cache,
-	 "a size (e.g. 100G) or a share of the cache filesystem (e.g. 50%)"},
-	{"offline", KEY_BOOL, F(offline), 0, 0, NULL,
-	 "true or false; serve cached metadata when the store is unreachable"},
-	{"metrics", KEY_STR, F(metrics), 0, 0, check_hostport,
-	 "host:port for Prometheus metrics, e.g. 127.0.0.1:9464 (empty = off)"},
-	{"log_level", KEY_LEVEL, F(log_level), 0, 0, NULL, "error, warning, info or debug"},
+    {"block_size", KEY_SIZE, F(block_size), 1 * MiB, 64 * MiB, NULL,
+     "a power of two from 1M to 64M; the unit fetched and cached"},
+    {"ram_cache", KEY_SIZE, F(ram_cache), 0, 1024.0 * GiB, NULL,
+     "a size of at least 4 blocks, e.g. 2G; RAM tier"},
+    {"readahead_max", KEY_SIZE, F(readahead_max), 0, 64.0 * GiB, NULL,
+     "a size, 0 (off) or at least one block; cap of one stream's readahead window"},
+    {"prefetch_mem", KEY_SIZE, F(prefetch_mem), 0, 1024.0 * GiB, NULL,
+     "a size; RAM all readahead and prefetch may hold (0 = half of ram_cache)"},
+    {"connections", KEY_UINT, F(connections), 1, 256, NULL,
+     "1 to 256; fetches in flight to the store"},
+    {"odirect", KEY_BOOL, F(odirect), 0, 0, NULL, "true or false; posix store reads with O_DIRECT"},
+    {"attr_ttl", KEY_DOUBLE, F(attr_ttl), 0, 1e9, NULL,
+     "seconds, 0 or more; how long attributes and listings are trusted"},
+    {"negative_ttl", KEY_DOUBLE, F(negative_ttl), 0, 1e9, NULL,
+     "seconds, 0 or more; how long a missing name stays missing"},
+    {"read_ahead_kb", KEY_UINT, F(read_ahead_kb), 0, 1048576, NULL,
+     "0 to 1048576 KiB; kernel readahead set on the mount (0 = kernel default)"},
+    {"splice", KEY_BOOL, F(splice), 0, 0, NULL, "true or false; splice replies into /dev/fuse"},
+    {"keep_cache", KEY_BOOL, F(keep_cache), 0, 0, NULL,
+     "true or false; keep page cache across opens of unchanged files"},
+    {"max_threads", KEY_UINT, F(max_threads), 1, 1024, NULL, "1 to 1024; FUSE worker threads"},
+    {"allow_other", KEY_BOOL, F(allow_other), 0, 0, NULL,
+     "true or false; let other users (pods) read the mount"},
+    {"endpoint", KEY_STR, F(endpoint), 0, 0, NULL, "an http(s) URL of an S3-compatible service"},
+    {"region", KEY_STR, F(region), 0, 0, NULL, "an S3 region name, e.g. us-east-1"},
+    {"profile", KEY_STR, F(profile), 0, 0, NULL, "a profile in ~/.aws/credentials"},
+    {"access_key", KEY_STR, F(access_key), 0, 0, NULL, "an S3 access key id"},
+    {"secret_key", KEY_STR, F(secret_key), 0, 0, NULL, "an S3 secret key"},
+    {"session_token", KEY_STR, F(session_token), 0, 0, NULL, "an S3 session token"},
+    {"addressing", KEY_STR, F(addressing), 0, 0, check_addressing, "path or virtual"},
+    {"anonymous", KEY_BOOL, F(anonymous), 0, 0, NULL, "true or false; unsigned S3 requests"},
+    {"tls_verify", KEY_BOOL, F(tls_verify), 0, 0, NULL, "true or false; verify TLS certificates"},
+    {"ca_file", KEY_STR, F(ca_file), 0, 0, NULL, "a PEM CA bundle path"},
+    {"connect_timeout", KEY_DOUBLE, F(connect_timeout), 0.1, 3600, NULL, "seconds, 0.1 to 3600"},
+    {"timeout", KEY_DOUBLE, F(timeout), 0.1, 3600, NULL,
+     "seconds, 0.1 to 3600; a stalled transfer is retried after this"},
+    {"retries", KEY_UINT, F(retries), 0, 100, NULL, "0 to 100; retries of a failed fetch"},
+    {"manifest", KEY_STR, F(manifest), 0, 0, NULL,
+     "a file name; the JSON listing at an http store's base"},
+    {"cache_dir", KEY_STR, F(cache_dir), 0, 0, NULL,
+     "a directory for the disk tier and metadata (empty = RAM only)"},
+    {"disk_cache", KEY_STR, F(disk_cache), 0, 0, check_disk_cache,
+     "a size (e.g. 100G) or a share of the cache filesystem (e.g. 50%)"},
+    {"offline", KEY_BOOL, F(offline), 0, 0, NULL,
+     "true or false; serve cached metadata when the store is unreachable"},
+    {"metrics", KEY_STR, F(metrics), 0, 0, check_hostport,
+     "host:port for Prometheus metrics, e.g. 127.0.0.1:9464 (empty = off)"},
+    {"log_level", KEY_LEVEL, F(log_level), 0, 0, NULL, "error, warning, info or debug"},
 };
 
 /* Mount options that mount(8) and fstab pass through; they mean nothing here. */
 static const char *const ignored_opts[] = {
-	"rw", "ro", "dev", "nodev", "suid", "nosuid", "exec", "noexec", "atime", "noatime",
-	"relatime", "nodiratime", "defaults", "auto", "noauto", "user", "nouser", "users",
-	"_netdev", "nofail", "async", "sync", "x-systemd.automount",
+    "rw",
+    "ro",
+    "dev",
+    "nodev",
+    "suid",
+    "nosuid",
+    "exec",
+    "noexec",
+    "atime",
+    "noatime",
+    "relatime",
+    "nodiratime",
+    "defaults",
+    "auto",
+    "noauto",
+    "user",
+    "nouser",
+    "users",
+    "_netdev",
+    "nofail",
+    "async",
+    "sync",
+    "x-systemd.automount",
 };
 
 void cfg_init(struct cfg *c)
@@ -172,9 +190,9 @@ int cfg_parse_size(const char *s, uint64_t *out)
 		const char *suffix;
 		uint64_t mult;
 	} units[] = {
-		{"", 1},      {"b", 1},       {"k", KiB},     {"kb", KiB},   {"kib", KiB},
-		{"m", MiB},   {"mb", MiB},    {"mib", MiB},   {"g", GiB},    {"gb", GiB},
-		{"gib", GiB}, {"t", GiB * KiB}, {"tb", GiB * KiB}, {"tib", GiB * KiB},
+	    {"", 1},	  {"b", 1},	    {"k", KiB},	       {"kb", KiB},	   {"kib", KiB},
+	    {"m", MiB},	  {"mb", MiB},	    {"mib", MiB},      {"g", GiB},	   {"gb", GiB},
+	    {"gib", GiB}, {"t", GiB * KiB}, {"tb", GiB * KiB}, {"tib", GiB * KiB},
 	};
 	unsigned long long v;
 	char *end;
@@ -268,7 +286,8 @@ static int store(struct cfg *c, const struct key *k, const char *v)
 
 	switch (k->type) {
 	case KEY_SIZE:
-		if (cfg_parse_size(v, &bytes) < 0 || (double)bytes < k->min || (double)bytes > k->max)
+		if (cfg_parse_size(v, &bytes) < 0 || (double)bytes < k->min ||
+		    (double)bytes > k->max)
 			return -EINVAL;
 		memcpy(field, &bytes, sizeof(bytes));
 		return 0;
@@ -418,8 +437,10 @@ int cfg_validate(const struct cfg *c, char *err, size_t errlen)
 	char buf[32];
 
 	if ((c->block_size & (c->block_size - 1)) != 0) {
-		snprintf(err, errlen, "bad value for block_size: %" PRIu64
-			 " (allowed: a power of two from 1M to 64M)", c->block_size);
+		snprintf(err, errlen,
+			 "bad value for block_size: %" PRIu64
+			 " (allowed: a power of two from 1M to 64M)",
+			 c->block_size);
 		return -EINVAL;
 	}
 	if (c->ram_cache < 4 * c->block_size) {

@@ -26,16 +26,16 @@ struct cfg {
 	/* Set from the command line, not keys. */
 	char source[CFG_STR_MAX];     /* store URL or directory, as given */
 	char mountpoint[CFG_STR_MAX]; /* absolute path once validated */
-	bool foreground;              /* -f: stay in the foreground, log to stderr */
-	bool fuse_debug;              /* -d: libfuse's request trace */
+	bool foreground;	      /* -f: stay in the foreground, log to stderr */
+	bool fuse_debug;	      /* -d: libfuse's request trace */
 
 	/* Block cache. */
-	uint64_t block_size;     /* bytes, power of two, 1..64 MiB: unit fetched and cached */
-	uint64_t ram_cache;      /* bytes of RAM-tier slots (rounded down to blocks) */
-	uint64_t readahead_max;  /* bytes: cap of one stream's readahead window */
-	uint64_t prefetch_mem;   /* bytes: all streams' prefetch in flight, global budget */
-	unsigned connections;    /* parallel fetches to the store */
-	bool odirect;            /* posix store: read with O_DIRECT */
+	uint64_t block_size;	/* bytes, power of two, 1..64 MiB: unit fetched and cached */
+	uint64_t ram_cache;	/* bytes of RAM-tier slots (rounded down to blocks) */
+	uint64_t readahead_max; /* bytes: cap of one stream's readahead window */
+	uint64_t prefetch_mem;	/* bytes: all streams' prefetch in flight, global budget */
+	unsigned connections;	/* parallel fetches to the store */
+	bool odirect;		/* posix store: read with O_DIRECT */
 
 	/* Metadata. */
 	double attr_ttl;     /* seconds an attribute or listing is trusted */
@@ -43,35 +43,35 @@ struct cfg {
 
 	/* Kernel / FUSE. */
 	unsigned read_ahead_kb; /* written to the mount's bdi after mounting; 0 = leave */
-	bool splice;            /* splice replies into /dev/fuse */
-	bool keep_cache;        /* FOPEN_KEEP_CACHE for files unchanged since last open */
-	unsigned max_threads;   /* FUSE worker threads */
-	bool allow_other;       /* let other users see the mount */
+	bool splice;		/* splice replies into /dev/fuse */
+	bool keep_cache;	/* FOPEN_KEEP_CACHE for files unchanged since last open */
+	unsigned max_threads;	/* FUSE worker threads */
+	bool allow_other;	/* let other users see the mount */
 
 	/* Remote stores (cache/remote). */
-	char endpoint[CFG_STR_MAX];   /* S3 endpoint URL; empty = AWS for the region */
-	char region[64];              /* S3 region for SigV4 */
-	char profile[128];            /* ~/.aws/credentials profile */
-	char access_key[256];         /* S3 key; empty = environment or profile */
-	char secret_key[256];         /* never logged */
-	char session_token[2048];     /* never logged */
-	char addressing[16];          /* "path" or "virtual" */
-	bool anonymous;               /* unsigned S3 requests */
-	bool tls_verify;              /* verify server certificates */
-	char ca_file[CFG_STR_MAX];    /* extra CA bundle; empty = system */
-	double connect_timeout;       /* seconds */
-	double timeout;               /* seconds without progress before a transfer is retried */
-	unsigned retries;             /* attempts after the first, on retryable errors */
-	char manifest[256];           /* http: manifest file name at the base URL */
+	char endpoint[CFG_STR_MAX]; /* S3 endpoint URL; empty = AWS for the region */
+	char region[64];	    /* S3 region for SigV4 */
+	char profile[128];	    /* ~/.aws/credentials profile */
+	char access_key[256];	    /* S3 key; empty = environment or profile */
+	char secret_key[256];	    /* never logged */
+	char session_token[2048];   /* never logged */
+	char addressing[16];	    /* "path" or "virtual" */
+	bool anonymous;		    /* unsigned S3 requests */
+	bool tls_verify;	    /* verify server certificates */
+	char ca_file[CFG_STR_MAX];  /* extra CA bundle; empty = system */
+	double connect_timeout;	    /* seconds */
+	double timeout;		    /* seconds without progress before a transfer is retried */
+	unsigned retries;	    /* attempts after the first, on retryable errors */
+	char manifest[256];	    /* http: manifest file name at the base URL */
 
 	/* Disk tier and persistent metadata (cache/disk, cache/meta). */
 	char cache_dir[CFG_STR_MAX]; /* empty = no disk tier */
-	char disk_cache[32];         /* "SIZE" or "N%" of the filesystem */
-	bool offline;                /* answer metadata from LMDB when the store is down */
+	char disk_cache[32];	     /* "SIZE" or "N%" of the filesystem */
+	bool offline;		     /* answer metadata from LMDB when the store is down */
 
 	/* Operations. */
 	char metrics[128]; /* host:port for Prometheus text; empty = off */
-	int log_level;     /* MCFS_LOG_* */
+	int log_level;	   /* MCFS_LOG_* */
 };
 
 /* Fills @c with the defaults. Can't fail. */

@@ -23,27 +23,27 @@ struct gpu;
 struct fs_inodes;
 
 struct fs_session {
-	struct cfg cfg;          /* validated once in main(); read-only afterwards */
-	struct remote *remote;   /* the store */
-	struct cache *cache;     /* block cache over the store */
-	struct gpu *gpu;         /* the GPU fast path; answers -ENODEV without a device */
+	struct cfg cfg;		  /* validated once in main(); read-only afterwards */
+	struct remote *remote;	  /* the store */
+	struct cache *cache;	  /* block cache over the store */
+	struct gpu *gpu;	  /* the GPU fast path; answers -ENODEV without a device */
 	struct fs_inodes *inodes; /* inode table and metadata cache (fs/inode.c) */
 	struct fuse_session *se;
-	atomic_int stop;         /* set by signal handlers */
-	uint64_t started_ns;     /* mcfs_now_ns() at mount */
+	atomic_int stop;	      /* set by signal handlers */
+	uint64_t started_ns;	      /* mcfs_now_ns() at mount */
 	pthread_mutex_t handles_lock; /* guards handles */
 	struct fs_handle *handles;    /* open files, so that teardown frees what the
 					 kernel never released (unmounted with files open) */
-	_Atomic uint64_t reads;      /* FUSE READ requests answered with data */
-	_Atomic uint64_t read_bytes; /* bytes of those answers */
+	_Atomic uint64_t reads;	      /* FUSE READ requests answered with data */
+	_Atomic uint64_t read_bytes;  /* bytes of those answers */
 };
 
 /* One open file: what fi->fh points to. Created by open, freed by release. */
 struct fs_handle {
 	fuse_ino_t ino;
-	struct cache_file *file;     /* reference held for the handle's life */
-	struct cache_stream *stream; /* readahead state of this open */
-	bool keep_cache, direct_io;  /* how it uses the page cache (fs_open_mode) */
+	struct cache_file *file;       /* reference held for the handle's life */
+	struct cache_stream *stream;   /* readahead state of this open */
+	bool keep_cache, direct_io;    /* how it uses the page cache (fs_open_mode) */
 	struct fs_handle *prev, *next; /* session->handles, guarded by handles_lock */
 };
 

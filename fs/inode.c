@@ -20,26 +20,26 @@
 #include <unistd.h>
 
 struct fs_node {
-	fuse_ino_t ino;           /* 0 until the path is known to exist */
-	char *path;               /* store path, "" for the root */
-	struct fs_node *hnext;    /* path-hash chain */
-	struct remote_attr attr;  /* valid when exists */
-	uint64_t attr_ns;         /* when attr (or the miss) was learned; 0 = never */
-	bool exists;              /* false: the store said there is no such path */
-	uint64_t nlookup;         /* kernel references (lookups minus forgets) */
+	fuse_ino_t ino;		    /* 0 until the path is known to exist */
+	char *path;		    /* store path, "" for the root */
+	struct fs_node *hnext;	    /* path-hash chain */
+	struct remote_attr attr;    /* valid when exists */
+	uint64_t attr_ns;	    /* when attr (or the miss) was learned; 0 = never */
+	bool exists;		    /* false: the store said there is no such path */
+	uint64_t nlookup;	    /* kernel references (lookups minus forgets) */
 	struct fs_listing *listing; /* directories: last listing, or NULL */
-	uint64_t list_ns;           /* when listing was made */
+	uint64_t list_ns;	    /* when listing was made */
 	/* The kernel's page cache of this inode holds pages of open_version only:
 	 * opens of another version while pc_opens > 0 bypass it (direct_io). */
 	char open_version[REMOTE_VERSION_MAX]; /* version of the page-cache opens */
-	unsigned pc_opens;                     /* open handles that use the page cache */
+	unsigned pc_opens;		       /* open handles that use the page cache */
 };
 
 struct fs_inodes {
-	pthread_mutex_t lock;      /* guards everything below and all nodes */
-	struct fs_node **by_ino;   /* index = inode number; [0] unused */
+	pthread_mutex_t lock;	 /* guards everything below and all nodes */
+	struct fs_node **by_ino; /* index = inode number; [0] unused */
 	size_t ino_cap, next_ino;
-	struct fs_node **buckets;  /* path hash */
+	struct fs_node **buckets; /* path hash */
 	size_t nbuckets, count;
 };
 

@@ -62,7 +62,7 @@ void fs_inode_ref(struct fs_session *s, fuse_ino_t ino);
 /* How one open uses the kernel's page cache. */
 struct fs_open_mode {
 	bool keep_cache; /* the pages cached are of this version: keep them */
-	bool direct_io;  /* another version owns the page cache now: bypass it */
+	bool direct_io;	 /* another version owns the page cache now: bypass it */
 };
 
 /*
@@ -89,8 +89,7 @@ MCFS_MUST_CHECK int fs_inode_file(struct fs_session *s, fuse_ino_t ino, struct c
 void fs_inode_invalidate(struct fs_session *s, fuse_ino_t ino);
 
 /* Symlink target of @ino into buf. Returns 0 or a negative errno. */
-MCFS_MUST_CHECK int fs_inode_readlink(struct fs_session *s, fuse_ino_t ino, char *buf,
-				      size_t len);
+MCFS_MUST_CHECK int fs_inode_readlink(struct fs_session *s, fuse_ino_t ino, char *buf, size_t len);
 
 /* The node's store path (copied into buf). Returns 0 or -ENOENT. */
 MCFS_MUST_CHECK int fs_inode_path(struct fs_session *s, fuse_ino_t ino, char *buf, size_t len);

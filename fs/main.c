@@ -154,7 +154,7 @@ static void teardown(struct fs_session *s)
 	}
 	if (s->cache)
 		fs_handles_free_all(s); /* files still open at unmount */
-	cache_free(s->cache); /* waits for fetches in flight */
+	cache_free(s->cache);		/* waits for fetches in flight */
 	fs_inodes_free(s->inodes);
 	remote_close(s->remote);
 }

@@ -151,8 +151,8 @@ void fs_mount_set_readahead(const char *abs, unsigned kb)
 	snprintf(path, sizeof(path), "/sys/class/bdi/%s/read_ahead_kb", majmin);
 	fp = fopen(path, "w");
 	if (!fp || fprintf(fp, "%u\n", kb) < 0 || fclose(fp) != 0) {
-		MCFS_WARN("cannot set %s to %u (%s): kernel readahead stays at its default",
-			  path, kb, strerror(errno));
+		MCFS_WARN("cannot set %s to %u (%s): kernel readahead stays at its default", path,
+			  kb, strerror(errno));
 		if (fp)
 			fclose(fp);
 		return;
@@ -220,7 +220,8 @@ int fs_umount(const char *path, bool lazy)
 	if (rc == 0 && fs_mount_find(abs, NULL, 0, fstype, sizeof(fstype)) != 1) {
 		char real[4096];
 
-		if (realpath(abs, real) && fs_mount_find(real, NULL, 0, fstype, sizeof(fstype)) == 1)
+		if (realpath(abs, real) &&
+		    fs_mount_find(real, NULL, 0, fstype, sizeof(fstype)) == 1)
 			snprintf(abs, sizeof(abs), "%s", real);
 		else
 			rc = -EINVAL;

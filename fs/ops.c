@@ -50,10 +50,11 @@ static void fs_init(void *userdata, struct fuse_conn_info *conn)
 	if (conn->capable & FUSE_CAP_PARALLEL_DIROPS)
 		conn->want |= FUSE_CAP_PARALLEL_DIROPS;
 	if (s->cfg.splice) {
-		conn->want |= conn->capable & (FUSE_CAP_SPLICE_WRITE | FUSE_CAP_SPLICE_MOVE |
-					       FUSE_CAP_SPLICE_READ);
+		conn->want |= conn->capable &
+			      (FUSE_CAP_SPLICE_WRITE | FUSE_CAP_SPLICE_MOVE | FUSE_CAP_SPLICE_READ);
 	} else {
-		conn->want &= ~(FUSE_CAP_SPLICE_WRITE | FUSE_CAP_SPLICE_MOVE | FUSE_CAP_SPLICE_READ);
+		conn->want &=
+		    ~(FUSE_CAP_SPLICE_WRITE | FUSE_CAP_SPLICE_MOVE | FUSE_CAP_SPLICE_READ);
 	}
 	MCFS_DEBUG("fuse init: proto %u.%u max_write %u max_readahead %u want 0x%x",
 		   conn->proto_major, conn->proto_minor, conn->max_write, conn->max_readahead,
@@ -211,8 +212,8 @@ static int get_part(struct fs_session *s, struct fs_handle *h, uint64_t off, siz
 	*n = MCFS_MIN(*n, (size_t)(blen - *in));
 	if (cache_stream_random(h->stream)) {
 		lo = *in & ~(READ_ALIGN - 1);
-		hi = (uint32_t)MCFS_MIN((uint64_t)blen,
-					((uint64_t)*in + *n + READ_ALIGN - 1) & ~(uint64_t)(READ_ALIGN - 1));
+		hi = (uint32_t)MCFS_MIN((uint64_t)blen, ((uint64_t)*in + *n + READ_ALIGN - 1) &
+							    ~(uint64_t)(READ_ALIGN - 1));
 	}
 	return cache_block_get_range(s->cache, h->file, off / bs, lo, hi, b);
 }
@@ -417,19 +418,18 @@ static void fs_statfs(fuse_req_t req, fuse_ino_t ino)
 /* The disk tier's counters as "key value" lines (issue 5). Returns the length. */
 static int disk_stats_text(const struct cache_stats *cs, char *buf, size_t len)
 {
-	return snprintf(buf, len,
-			"disk_state %d\ndisk_slots %" PRIu64 "\ndisk_slots_used %" PRIu64
-			"\ndisk_bytes_limit %" PRIu64 "\ndisk_bytes_used %" PRIu64
-			"\ndisk_hits %" PRIu64 "\ndisk_misses %" PRIu64 "\ndisk_read_bytes %" PRIu64
-			"\ndisk_writes %" PRIu64 "\ndisk_written_bytes %" PRIu64
-			"\ndisk_write_drops %" PRIu64 "\ndisk_csum_errors %" PRIu64
-			"\ndisk_io_errors %" PRIu64 "\ndisk_evictions %" PRIu64
-			"\ndisk_queued %" PRIu64 "\n",
-			cs->disk_state, cs->disk_slots, cs->disk_slots_used, cs->disk_bytes_limit,
-			cs->disk_bytes_used, cs->disk_hits, cs->disk_misses, cs->disk_read_bytes,
-			cs->disk_writes, cs->disk_written_bytes, cs->disk_write_drops,
-			cs->disk_csum_errors, cs->disk_io_errors, cs->disk_evictions,
-			cs->disk_queued);
+	return snprintf(
+	    buf, len,
+	    "disk_state %d\ndisk_slots %" PRIu64 "\ndisk_slots_used %" PRIu64
+	    "\ndisk_bytes_limit %" PRIu64 "\ndisk_bytes_used %" PRIu64 "\ndisk_hits %" PRIu64
+	    "\ndisk_misses %" PRIu64 "\ndisk_read_bytes %" PRIu64 "\ndisk_writes %" PRIu64
+	    "\ndisk_written_bytes %" PRIu64 "\ndisk_write_drops %" PRIu64
+	    "\ndisk_csum_errors %" PRIu64 "\ndisk_io_errors %" PRIu64 "\ndisk_evictions %" PRIu64
+	    "\ndisk_queued %" PRIu64 "\n",
+	    cs->disk_state, cs->disk_slots, cs->disk_slots_used, cs->disk_bytes_limit,
+	    cs->disk_bytes_used, cs->disk_hits, cs->disk_misses, cs->disk_read_bytes,
+	    cs->disk_writes, cs->disk_written_bytes, cs->disk_write_drops, cs->disk_csum_errors,
+	    cs->disk_io_errors, cs->disk_evictions, cs->disk_queued);
 }
 
 /* Renders the counters as "key value" lines. Returns the length. */
@@ -443,21 +443,19 @@ static int stats_text(struct fs_session *s, char *buf, size_t len)
 	cache_get_stats(s->cache, &cs);
 	remote_get_stats(s->remote, &rs);
 	n = snprintf(buf, len,
-			"pid %d\nblock_size %" PRIu64 "\nslots %" PRIu64 "\nslots_used %" PRIu64
-			"\nhits %" PRIu64 "\nmisses %" PRIu64 "\nwaits %" PRIu64
-			"\nevictions %" PRIu64 "\nfetches %" PRIu64 "\nfetch_errors %" PRIu64
-			"\nfetched_bytes %" PRIu64 "\nprefetches %" PRIu64
-			"\nprefetch_unused %" PRIu64 "\ninflight %" PRIu64
-			"\nstore_requests %" PRIu64 "\nstore_reads %" PRIu64
-			"\nstore_bytes %" PRIu64 "\nstore_errors %" PRIu64
-			"\nstore_retries %" PRIu64 "\nfuse_reads %" PRIu64
-			"\nfuse_read_bytes %" PRIu64 "\n",
-			(int)getpid(), cs.block_size, cs.slots, cs.slots_used, cs.hits, cs.misses,
-			cs.waits, cs.evictions, cs.fetches, cs.fetch_errors, cs.fetched_bytes,
-			cs.prefetches, cs.prefetch_unused, cs.inflight, rs.requests,
-			rs.read_requests, rs.read_bytes, rs.errors, rs.retries,
-			atomic_load_explicit(&s->reads, memory_order_relaxed),
-			atomic_load_explicit(&s->read_bytes, memory_order_relaxed));
+		     "pid %d\nblock_size %" PRIu64 "\nslots %" PRIu64 "\nslots_used %" PRIu64
+		     "\nhits %" PRIu64 "\nmisses %" PRIu64 "\nwaits %" PRIu64 "\nevictions %" PRIu64
+		     "\nfetches %" PRIu64 "\nfetch_errors %" PRIu64 "\nfetched_bytes %" PRIu64
+		     "\nprefetches %" PRIu64 "\nprefetch_unused %" PRIu64 "\ninflight %" PRIu64
+		     "\nstore_requests %" PRIu64 "\nstore_reads %" PRIu64 "\nstore_bytes %" PRIu64
+		     "\nstore_errors %" PRIu64 "\nstore_retries %" PRIu64 "\nfuse_reads %" PRIu64
+		     "\nfuse_read_bytes %" PRIu64 "\n",
+		     (int)getpid(), cs.block_size, cs.slots, cs.slots_used, cs.hits, cs.misses,
+		     cs.waits, cs.evictions, cs.fetches, cs.fetch_errors, cs.fetched_bytes,
+		     cs.prefetches, cs.prefetch_unused, cs.inflight, rs.requests, rs.read_requests,
+		     rs.read_bytes, rs.errors, rs.retries,
+		     atomic_load_explicit(&s->reads, memory_order_relaxed),
+		     atomic_load_explicit(&s->read_bytes, memory_order_relaxed));
 	if (n >= 0 && (size_t)n < len)
 		n += disk_stats_text(&cs, buf + n, len - (size_t)n);
 	return n;
@@ -613,36 +611,36 @@ static void fs_fallocate(fuse_req_t req, fuse_ino_t ino, int mode, off_t offset,
 }
 
 const struct fuse_lowlevel_ops fs_ops = {
-	.init = fs_init,
-	.lookup = fs_lookup,
-	.forget = fs_forget,
-	.forget_multi = fs_forget_multi,
-	.getattr = fs_getattr,
-	.readlink = fs_readlink,
-	.open = fs_open,
-	.read = fs_read,
-	.release = fs_release,
-	.opendir = fs_opendir,
-	.readdir = fs_readdir,
-	.readdirplus = fs_readdirplus,
-	.releasedir = fs_releasedir,
-	.statfs = fs_statfs,
-	.getxattr = fs_getxattr,
-	.listxattr = fs_listxattr,
+    .init = fs_init,
+    .lookup = fs_lookup,
+    .forget = fs_forget,
+    .forget_multi = fs_forget_multi,
+    .getattr = fs_getattr,
+    .readlink = fs_readlink,
+    .open = fs_open,
+    .read = fs_read,
+    .release = fs_release,
+    .opendir = fs_opendir,
+    .readdir = fs_readdir,
+    .readdirplus = fs_readdirplus,
+    .releasedir = fs_releasedir,
+    .statfs = fs_statfs,
+    .getxattr = fs_getxattr,
+    .listxattr = fs_listxattr,
 #ifdef MCFS_HAVE_IOCTL
-	.ioctl = fs_ioctl,
+    .ioctl = fs_ioctl,
 #endif
-	.setattr = fs_setattr,
-	.mknod = fs_mknod,
-	.mkdir = fs_mkdir,
-	.unlink = fs_unlink,
-	.rmdir = fs_unlink,
-	.symlink = fs_symlink,
-	.rename = fs_rename,
-	.link = fs_link,
-	.write = fs_write,
-	.create = fs_create,
-	.setxattr = fs_setxattr,
-	.removexattr = fs_removexattr,
-	.fallocate = fs_fallocate,
+    .setattr = fs_setattr,
+    .mknod = fs_mknod,
+    .mkdir = fs_mkdir,
+    .unlink = fs_unlink,
+    .rmdir = fs_unlink,
+    .symlink = fs_symlink,
+    .rename = fs_rename,
+    .link = fs_link,
+    .write = fs_write,
+    .create = fs_create,
+    .setxattr = fs_setxattr,
+    .removexattr = fs_removexattr,
+    .fallocate = fs_fallocate,
 };

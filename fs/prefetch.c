@@ -33,10 +33,10 @@
 #include <unistd.h>
 
 struct job {
-	char **paths;      /* regular files to warm, caller frees with free_job() */
+	char **paths; /* regular files to warm, caller frees with free_job() */
 	uint64_t *sizes;
 	size_t n, cap;
-	uint64_t total;    /* bytes */
+	uint64_t total; /* bytes */
 };
 
 static struct job *walking; /* nftw has no user pointer: the walk in progress */
@@ -179,8 +179,8 @@ static int warm_file(const char *path, uint64_t size, const char *root, uint64_t
 		/* larger than the cache: done once nothing is in flight and nothing moves */
 		if (cursor >= size) {
 			idle = cached == last && xattr_u64(root, "user.mcfs.stats", "inflight") == 0
-				       ? idle + 1
-				       : 0;
+				   ? idle + 1
+				   : 0;
 			if (idle >= 3)
 				break;
 		}

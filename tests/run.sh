@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The test command: installs what the tests need, builds mcfs (warnings are
-# errors), runs the C unit tests (ctest) and the end-to-end
+# errors), checks formatting, runs the C unit tests (ctest) and the end-to-end
 # tests (pytest: real FUSE mounts and loopback servers). Then, in CI (CI=true)
 # or with MCFS_SANITIZERS=1, the same suites again against an ASan+UBSan build
 # and a TSan build of the daemon. Must run as root (FUSE mounts, drop_caches,
@@ -8,6 +8,11 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ./deploy/install-deps.sh test
+
+if git rev-parse --git-dir >/dev/null 2>&1; then
+	echo "== clang-format (kernel style, .clang-format)"
+	git ls-files -z '*.c' '*.h' | xargs -0 clang-format --dry-run --Werror
+fi
 
 echo "== build"
 cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo -DMCFS_WERROR=ON >/dev/null

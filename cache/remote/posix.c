@@ -32,13 +32,13 @@
 #define POSIX_ALIGN 4096 /* O_DIRECT alignment of buffers, offsets and lengths */
 
 struct posix {
-	char root[4096];          /* absolute path of the store's root */
-	int rootfd;               /* O_PATH descriptor of the root */
-	bool odirect;             /* from cfg; cleared if the filesystem refuses it */
+	char root[4096]; /* absolute path of the store's root */
+	int rootfd;	 /* O_PATH descriptor of the root */
+	bool odirect;	 /* from cfg; cleared if the filesystem refuses it */
 	atomic_bool odirect_warned;
-	int fault_kind;           /* 0 none, 1 fail, 2 short */
-	uint64_t fault_at;        /* 1-based read number to fault */
-	_Atomic uint64_t nreads;  /* reads so far (for the fault hook) */
+	int fault_kind;		 /* 0 none, 1 fail, 2 short */
+	uint64_t fault_at;	 /* 1-based read number to fault */
+	_Atomic uint64_t nreads; /* reads so far (for the fault hook) */
 };
 
 static struct posix *P(struct remote *r)
@@ -286,12 +286,12 @@ static int posix_statfs(struct remote *r, uint64_t *total, uint64_t *avail)
 }
 
 const struct remote_ops remote_posix_ops = {
-	.kind = "posix",
-	.open = posix_open,
-	.close = posix_close,
-	.stat = posix_stat,
-	.list = posix_list,
-	.readlink = posix_readlink,
-	.read = posix_read,
-	.statfs = posix_statfs,
+    .kind = "posix",
+    .open = posix_open,
+    .close = posix_close,
+    .stat = posix_stat,
+    .list = posix_list,
+    .readlink = posix_readlink,
+    .read = posix_read,
+    .statfs = posix_statfs,
 };

@@ -34,9 +34,10 @@ int remote_open(const struct cfg *cfg, struct remote **out)
 	int rc;
 
 	if (!ops) {
-		MCFS_ERR("unsupported source '%s' (allowed: /dir, file:///dir, http(s)://host/base, "
-			 "s3://bucket[/prefix])",
-			 cfg->source);
+		MCFS_ERR(
+		    "unsupported source '%s' (allowed: /dir, file:///dir, http(s)://host/base, "
+		    "s3://bucket[/prefix])",
+		    cfg->source);
 		return -EPROTONOSUPPORT;
 	}
 	r = calloc(1, sizeof(*r));
@@ -125,9 +126,10 @@ static size_t filter_names(const char *dir, struct remote_dirent *ents, size_t n
 
 		if (name[0] == '\0' || strchr(name, '/') || strcmp(name, ".") == 0 ||
 		    strcmp(name, "..") == 0) {
-			MCFS_WARN("store listing of '%s' has an entry named '%s': refused (it would "
-				  "escape the mount)",
-				  dir, name);
+			MCFS_WARN(
+			    "store listing of '%s' has an entry named '%s': refused (it would "
+			    "escape the mount)",
+			    dir, name);
 			continue;
 		}
 		if (kept != i)

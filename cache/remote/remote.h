@@ -36,8 +36,8 @@
 #define REMOTE_NAME_MAX 256    /* one path component, NUL included */
 
 struct remote_attr {
-	uint64_t size;    /* bytes; 0 for directories */
-	uint32_t mode;    /* S_IFREG, S_IFDIR or S_IFLNK | permission bits */
+	uint64_t size;	  /* bytes; 0 for directories */
+	uint32_t mode;	  /* S_IFREG, S_IFDIR or S_IFLNK | permission bits */
 	int64_t mtime_ns; /* ns since the epoch; 0 when the store has none */
 	/* Identity of this content: blocks are cached under it, and reads carry it
 	 * (If-Match) so that a replaced object never mixes old and new bytes. */
@@ -53,16 +53,16 @@ struct remote_dirent {
 struct remote_obj {
 	const char *path;    /* relative path */
 	const char *version; /* remote_attr.version captured at open */
-	uint64_t size;       /* remote_attr.size captured at open */
+	uint64_t size;	     /* remote_attr.size captured at open */
 };
 
 /* Counters, read without a lock (relaxed atomics). */
 struct remote_stats {
-	uint64_t requests;     /* store operations issued (stat, list, read), retries included */
+	uint64_t requests;	/* store operations issued (stat, list, read), retries included */
 	uint64_t read_requests; /* reads (ranged GET / pread) issued */
-	uint64_t read_bytes;   /* bytes received by reads */
-	uint64_t errors;       /* operations that failed for good */
-	uint64_t retries;      /* retried attempts */
+	uint64_t read_bytes;	/* bytes received by reads */
+	uint64_t errors;	/* operations that failed for good */
+	uint64_t retries;	/* retried attempts */
 };
 
 struct remote;

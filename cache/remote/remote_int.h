@@ -29,7 +29,7 @@ struct remote_ops {
 struct remote {
 	const struct remote_ops *ops;
 	const struct cfg *cfg; /* borrowed for the life of the remote */
-	void *priv;            /* backend state */
+	void *priv;	       /* backend state */
 	/* Counters: relaxed atomics, bumped by backends through the helpers below. */
 	_Atomic uint64_t requests, read_requests, read_bytes, errors, retries;
 };
