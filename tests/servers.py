@@ -56,8 +56,9 @@ def have_swift():
 class Nginx:
     """nginx serving `root` with Range, keep-alive and a JSON autoindex."""
 
-    def __init__(self, root, workdir=None, port=None, autoindex=True):
+    def __init__(self, root, workdir=None, port=None, autoindex=True, access_log=None):
         self.root = os.path.abspath(root)
+        self.access_log = access_log  # a path: log every request there (counted by tests)
         self.dir = workdir or (self.root.rstrip("/") + "-nginx")
         self.port = port or free_port()
         self.autoindex = autoindex
@@ -78,7 +79,7 @@ error_log %(d)s/error.log warn;
 daemon on;
 events { worker_connections 1024; }
 http {
-    access_log off;
+    access_log %(log)s;
     sendfile on; tcp_nopush on;
     keepalive_requests 100000; keepalive_timeout 60;
     client_body_temp_path %(d)s/body; proxy_temp_path %(d)s/proxy;
@@ -91,7 +92,8 @@ http {
         %(ai)s
     }
 }
-""" % {"d": self.dir, "p": self.port, "r": self.root, "ai": ai, "user": user})
+""" % {"d": self.dir, "p": self.port, "r": self.root, "ai": ai, "user": user,
+       "log": self.access_log or "off"})
         nginx = shutil.which("nginx") or "/usr/sbin/nginx"
         subprocess.run([nginx, "-c", conf, "-p", self.dir + "/"], check=True,
                        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
