@@ -534,36 +534,12 @@ size_t cache_block_len(const struct cache_block *b)
 	return b->len;
 }
 
-int cache_prefetch(struct cache *c, struct cache_file *f, uint64_t index)
-{
-	struct cache_block *b;
-	int rc = 0;
-
-	if (index >= f->nblocks)
-		return -EINVAL;
-	pthread_mutex_lock(&c->lock);
-	if (hash_find(c, f, index))
-		goto out;
-	if (c->prefetch_bytes + c->bs > c->prefetch_budget) {
-		rc = -EAGAIN;
-		goto out;
-	}
-	b = take_slot(c, true);
-	if (!b) {
-		rc = -EAGAIN;
-		goto out;
-	}
-	start_loading(c, b, f, index, 1); /* the job's */
-	b->prefetched = true;
-	c->prefetch_bytes += c->bs;
-	c->st.prefetches++;
-	enqueue(c, b, false);
-out:
-	pthread_mutex_unlock(&c->lock);
-	return rc;
-}
-
-int cache_warm(struct cache *c, struct cache_file *f, uint64_t index)
+/*
+ * Starts a background fetch of block @index (readahead, or a warm-up with
+ * @warm) without waiting. Returns 0 when started, 1 when the block is cached
+ * or loading, -EAGAIN when its budget or the RAM tier has no room now.
+ */
+static int start_background(struct cache *c, struct cache_file *f, uint64_t index, bool warm)
 {
 	struct cache_block *b;
 	int rc = 0;
@@ -572,11 +548,13 @@ int cache_warm(struct cache *c, struct cache_file *f, uint64_t index)
 		return -EINVAL;
 	pthread_mutex_lock(&c->lock);
 	if (hash_find(c, f, index)) {
-		rc = 1; /* already cached or being fetched */
+		rc = 1;
 		goto out;
 	}
-	/* Bounded so that a warm-up of a huge file can't flood the queue ahead of readers. */
-	if (c->warm_jobs >= 2 * c->nthreads) {
+	/* Readahead is bounded by prefetch_mem; a warm-up by its queue, so that a
+	 * warm-up of a huge file can't flood the queue ahead of readers. */
+	if (warm ? c->warm_jobs >= 2 * c->nthreads
+		 : c->prefetch_bytes + c->bs > c->prefetch_budget) {
 		rc = -EAGAIN;
 		goto out;
 	}
@@ -586,13 +564,30 @@ int cache_warm(struct cache *c, struct cache_file *f, uint64_t index)
 		goto out;
 	}
 	start_loading(c, b, f, index, 1); /* the job's */
-	b->warm = true;
-	c->warm_jobs++;
+	if (warm) {
+		b->warm = true;
+		c->warm_jobs++;
+	} else {
+		b->prefetched = true;
+		c->prefetch_bytes += c->bs;
+	}
 	c->st.prefetches++;
 	enqueue(c, b, false);
 out:
 	pthread_mutex_unlock(&c->lock);
 	return rc;
+}
+
+int cache_prefetch(struct cache *c, struct cache_file *f, uint64_t index)
+{
+	int rc = start_background(c, f, index, false);
+
+	return rc > 0 ? 0 : rc;
+}
+
+int cache_warm(struct cache *c, struct cache_file *f, uint64_t index)
+{
+	return start_background(c, f, index, true);
 }
 
 uint64_t cache_evict_file(struct cache *c, struct cache_file *f)

@@ -8,6 +8,7 @@
  */
 #define _GNU_SOURCE
 #include "disk.h"
+#include "mcfs_test.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -20,18 +21,7 @@
 #define BS (64u * 1024)
 #define NSLOTS 4
 
-static int failures;
 static atomic_int dones;
-
-#define CHECK(cond, ...)                                                                           \
-	do {                                                                                       \
-		if (!(cond)) {                                                                     \
-			fprintf(stderr, "%s:%d: FAIL: %s: ", __FILE__, __LINE__, #cond);           \
-			fprintf(stderr, __VA_ARGS__);                                              \
-			fputc('\n', stderr);                                                       \
-			failures++;                                                                \
-		}                                                                                  \
-	} while (0)
 
 static void done(void *ctx, void *arg)
 {

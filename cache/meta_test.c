@@ -8,6 +8,7 @@
  */
 #define _GNU_SOURCE
 #include "meta.h"
+#include "mcfs_test.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -16,18 +17,6 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
-
-static int failures;
-
-#define CHECK(cond, ...)                                                                           \
-	do {                                                                                       \
-		if (!(cond)) {                                                                     \
-			fprintf(stderr, "%s:%d: FAIL: %s: ", __FILE__, __LINE__, #cond);           \
-			fprintf(stderr, __VA_ARGS__);                                              \
-			fputc('\n', stderr);                                                       \
-			failures++;                                                                \
-		}                                                                                  \
-	} while (0)
 
 static struct remote_attr attr(uint64_t size, const char *version)
 {

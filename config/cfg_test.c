@@ -11,6 +11,7 @@
  */
 #define _GNU_SOURCE
 #include "cfg.h"
+#include "mcfs_test.h"
 
 #include <errno.h>
 #include <stdarg.h>
@@ -21,26 +22,11 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#define T_EXIT_PASS 0
-#define T_EXIT_FAIL 1
-#define T_EXIT_SKIP 77
-
 #define KiB (1024ull)
 #define MiB (1024ull * KiB)
 #define GiB (1024ull * MiB)
 
-static int failures;
 static const char *scratch = "/tmp";
-
-#define CHECK(cond, ...)                                                                           \
-	do {                                                                                       \
-		if (!(cond)) {                                                                     \
-			fprintf(stderr, "%s:%d: FAIL: %s: ", __FILE__, __LINE__, #cond);           \
-			fprintf(stderr, __VA_ARGS__);                                              \
-			fputc('\n', stderr);                                                       \
-			failures++;                                                                \
-		}                                                                                  \
-	} while (0)
 
 /* err must mention every one of the given strings (NULL-terminated list). */
 static void check_msg(int line, const char *what, const char *err, ...)

@@ -7,6 +7,7 @@
  */
 #define _GNU_SOURCE
 #include "safetensors.h"
+#include "mcfs_test.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -14,18 +15,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
-
-static int failures;
-
-#define CHECK(cond, ...)                                                                           \
-	do {                                                                                       \
-		if (!(cond)) {                                                                     \
-			failures++;                                                                \
-			fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__);                       \
-			fprintf(stderr, __VA_ARGS__);                                              \
-			fprintf(stderr, "\n");                                                     \
-		}                                                                                  \
-	} while (0)
 
 static const struct {
 	const char *json;

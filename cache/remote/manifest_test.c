@@ -6,6 +6,7 @@
  */
 #define _GNU_SOURCE
 #include "manifest.h"
+#include "mcfs_test.h"
 #include "net_int.h"
 
 #include <errno.h>
@@ -15,16 +16,6 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
-
-static int failures;
-
-#define CHECK(cond)                                                                                \
-	do {                                                                                       \
-		if (!(cond)) {                                                                     \
-			fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__, __LINE__, #cond);   \
-			failures++;                                                                \
-		}                                                                                  \
-	} while (0)
 
 static const char manual[] =
     "{\"format\": \"mcfs-manifest\", \"version\": 1, \"entries\": ["

@@ -7,6 +7,7 @@
  */
 #define _GNU_SOURCE
 #include "fetch_int.h"
+#include "mcfs_test.h"
 #include "net_int.h"
 
 #include <curl/curl.h>
@@ -16,16 +17,6 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
-
-static int failures;
-
-#define CHECK(cond)                                                                                \
-	do {                                                                                       \
-		if (!(cond)) {                                                                     \
-			fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__, __LINE__, #cond);   \
-			failures++;                                                                \
-		}                                                                                  \
-	} while (0)
 
 #define CHECK_STR(a, b)                                                                            \
 	do {                                                                                       \
