@@ -34,8 +34,10 @@ struct fs_session {
 	pthread_mutex_t handles_lock; /* guards handles */
 	struct fs_handle *handles;    /* open files, so that teardown frees what the
 					 kernel never released (unmounted with files open) */
-	_Atomic uint64_t reads;	      /* FUSE READ requests answered with data */
-	_Atomic uint64_t read_bytes;  /* bytes of those answers */
+	/* GPU loads served (MCFS_IOC_LOAD), for the metrics: relaxed atomics. */
+	_Atomic uint64_t gpu_loads, gpu_load_errors, gpu_load_bytes, gpu_load_ns;
+	_Atomic uint64_t reads;	     /* FUSE READ requests answered with data */
+	_Atomic uint64_t read_bytes; /* bytes of those answers */
 };
 
 /* One open file: what fi->fh points to. Created by open, freed by release. */

@@ -99,12 +99,17 @@ static int do_load(fuse_req_t req, struct fs_handle *h, struct mcfs_load_req *r)
 		return rc;
 	rc =
 	    gpu_load(s->gpu, h->file, r, ranges, n, fuse_req_ctx(req)->pid, interrupted, req, &res);
-	if (rc < 0)
+	if (rc < 0) {
+		atomic_fetch_add_explicit(&s->gpu_load_errors, 1, memory_order_relaxed);
 		return rc;
+	}
 	r->bytes = res.bytes;
 	r->blocks = res.blocks;
 	r->unpinned = res.unpinned;
 	r->ns = mcfs_now_ns() - t0;
+	atomic_fetch_add_explicit(&s->gpu_loads, 1, memory_order_relaxed);
+	atomic_fetch_add_explicit(&s->gpu_load_bytes, r->bytes, memory_order_relaxed);
+	atomic_fetch_add_explicit(&s->gpu_load_ns, r->ns, memory_order_relaxed);
 	MCFS_DEBUG("ioctl: loaded %llu bytes of %s in %.3f s (%.2f GB/s, %llu blocks unpinned)",
 		   (unsigned long long)r->bytes, cache_file_path(h->file), r->ns / 1e9,
 		   r->ns ? r->bytes / (double)r->ns : 0.0, (unsigned long long)r->unpinned);

@@ -65,32 +65,55 @@ static uint64_t sub0(uint64_t a, uint64_t b)
 	return a > b ? a - b : 0;
 }
 
+/* One metric with a value per tier: the disk tier's only when there is one. */
+static void per_tier(FILE *fp, const struct cache_stats *st, const char *name, const char *type,
+		     const char *help, uint64_t ram, uint64_t disk)
+{
+	head(fp, name, type, help);
+	fprintf(fp, "mcfs_%s{tier=\"ram\"} %llu\n", name, (unsigned long long)ram);
+	if (st->disk_state != 0)
+		fprintf(fp, "mcfs_%s{tier=\"disk\"} %llu\n", name, (unsigned long long)disk);
+}
+
 static void render_tiers(FILE *fp, const struct cache_stats *st)
 {
-	head(fp, "cache_hits_total", "counter", "Block gets answered from a cache tier.");
-	fprintf(fp, "mcfs_cache_hits_total{tier=\"ram\"} %llu\n", (unsigned long long)st->hits);
-	head(fp, "cache_misses_total", "counter",
-	     "Block gets that missed a cache tier and started a fetch.");
-	fprintf(fp, "mcfs_cache_misses_total{tier=\"ram\"} %llu\n", (unsigned long long)st->misses);
-	head(fp, "cache_evictions_total", "counter", "Ready blocks dropped for room.");
-	fprintf(fp, "mcfs_cache_evictions_total{tier=\"ram\"} %llu\n",
-		(unsigned long long)st->evictions);
-	head(fp, "cache_capacity_bytes", "gauge", "Size of a cache tier.");
-	fprintf(fp, "mcfs_cache_capacity_bytes{tier=\"ram\"} %llu\n",
-		(unsigned long long)(st->slots * st->block_size));
-	head(fp, "cache_used_bytes", "gauge",
-	     "Bytes of a cache tier holding blocks (whole slots).");
-	fprintf(fp, "mcfs_cache_used_bytes{tier=\"ram\"} %llu\n",
-		(unsigned long long)(st->slots_used * st->block_size));
-	head(fp, "cache_slots", "gauge", "Block slots of a cache tier.");
-	fprintf(fp, "mcfs_cache_slots{tier=\"ram\"} %llu\n", (unsigned long long)st->slots);
-	head(fp, "cache_slots_used", "gauge", "Slots holding a block, loading or ready.");
-	fprintf(fp, "mcfs_cache_slots_used{tier=\"ram\"} %llu\n",
-		(unsigned long long)st->slots_used);
+	per_tier(fp, st, "cache_hits_total", "counter", "Block gets answered from a cache tier.",
+		 st->hits, st->disk_hits);
+	per_tier(fp, st, "cache_misses_total", "counter",
+		 "Block gets a cache tier did not hold (the disk tier's went to the store).",
+		 st->misses, st->disk_misses);
+	per_tier(fp, st, "cache_evictions_total", "counter", "Blocks dropped for room.",
+		 st->evictions, st->disk_evictions);
+	per_tier(fp, st, "cache_capacity_bytes", "gauge", "Size of a cache tier.",
+		 st->slots * st->block_size, st->disk_bytes_limit);
+	per_tier(fp, st, "cache_used_bytes", "gauge",
+		 "Bytes of a cache tier holding blocks (whole slots).",
+		 st->slots_used * st->block_size, st->disk_bytes_used);
+	per_tier(fp, st, "cache_slots", "gauge", "Block slots of a cache tier.", st->slots,
+		 st->disk_slots);
+	per_tier(fp, st, "cache_slots_used", "gauge", "Slots holding a block, loading or ready.",
+		 st->slots_used, st->disk_slots_used);
 	one(fp, "cache_block_size_bytes", "gauge", "The unit fetched, cached and evicted.",
 	    st->block_size);
 	one(fp, "cache_waits_total", "counter",
 	    "Block gets that joined a fetch already in flight (single flight).", st->waits);
+	if (st->disk_state == 0)
+		return;
+	one(fp, "disk_full", "gauge", "1 when the cache disk filled up (RAM only since).",
+	    st->disk_state == 2);
+	one(fp, "disk_read_bytes_total", "counter", "Bytes read from the disk tier.",
+	    st->disk_read_bytes);
+	one(fp, "disk_written_bytes_total", "counter", "Bytes written behind to the disk tier.",
+	    st->disk_written_bytes);
+	one(fp, "disk_write_drops_total", "counter",
+	    "Blocks not written behind (queue full or write failed).", st->disk_write_drops);
+	one(fp, "disk_checksum_errors_total", "counter",
+	    "Disk blocks that failed their checksum (dropped and fetched again).",
+	    st->disk_csum_errors);
+	one(fp, "disk_io_errors_total", "counter", "Disk tier reads or writes that failed.",
+	    st->disk_io_errors);
+	one(fp, "disk_write_queue", "gauge", "Write-behind jobs queued or being written.",
+	    st->disk_queued);
 }
 
 static void render_fetches(FILE *fp, const struct cache_stats *st)
@@ -182,6 +205,22 @@ static void render_process(FILE *fp, const struct fs_session *s)
 	fprintf(fp, "mcfs_uptime_seconds %.3f\n", (double)(mcfs_now_ns() - s->started_ns) / 1e9);
 }
 
+/* GPU loads (MCFS_IOC_LOAD); throughput is rate(bytes) / rate(seconds). */
+static void render_gpu(FILE *fp, struct fs_session *s)
+{
+	head(fp, "gpu_loads_total", "counter", "GPU loads served, by result.");
+	fprintf(fp, "mcfs_gpu_loads_total{result=\"ok\"} %llu\n",
+		(unsigned long long)atomic_load_explicit(&s->gpu_loads, memory_order_relaxed));
+	fprintf(
+	    fp, "mcfs_gpu_loads_total{result=\"error\"} %llu\n",
+	    (unsigned long long)atomic_load_explicit(&s->gpu_load_errors, memory_order_relaxed));
+	one(fp, "gpu_load_bytes_total", "counter", "Bytes copied to GPU memory by loads.",
+	    atomic_load_explicit(&s->gpu_load_bytes, memory_order_relaxed));
+	head(fp, "gpu_load_seconds_total", "counter", "Seconds spent in GPU loads that succeeded.");
+	fprintf(fp, "mcfs_gpu_load_seconds_total %.6f\n",
+		(double)atomic_load_explicit(&s->gpu_load_ns, memory_order_relaxed) / 1e9);
+}
+
 /* Renders the whole exposition. Returns 0 with *buf (caller frees) or -ENOMEM. */
 static int render(const struct fs_session *s, char **buf, size_t *len)
 {
@@ -192,6 +231,7 @@ static int render(const struct fs_session *s, char **buf, size_t *len)
 	if (!fp)
 		return -ENOMEM;
 	render_process(fp, s);
+	render_gpu(fp, (struct fs_session *)s);
 	if (s->cache) {
 		cache_get_stats(s->cache, &st);
 		render_tiers(fp, &st);

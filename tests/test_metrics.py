@@ -271,3 +271,44 @@ def test_metrics_port_in_use_fails_mount(tmp):
             assert "127.0.0.1:%d" % port in out and "in use" in out, out
         finally:
             force_unmount(str(tmp / "mnt"))
+
+
+def test_disk_tier_and_gpu_load_metrics(tmp):
+    """With a cache_dir, the tier-labelled families carry a disk line: after a
+    restart a cold read is answered by the disk tier (disk hits, no store
+    fetch). A GPU load that fails (no GPU here) is counted by result."""
+    import fcntl
+    import sys
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(
+        os.path.abspath(__file__))), "gpu", "python"))
+    from mcfs import _abi
+    need_root()
+    write_file(str(tmp / "src" / "m.bin"), 4 << 20)
+    port = free_port()
+    opts = ["block_size=1M", "ram_cache=16M", "readahead_max=0",
+            "cache_dir=" + str(tmp / "cache"), "metrics=127.0.0.1:%d" % port]
+    with mcfs_mount(str(tmp / "src"), str(tmp / "mnt"), opts=opts) as m:
+        assert read_direct(m.p("m.bin")) == 4 << 20
+        # write-behind finishes before the daemon exits (unmount flushes)
+    with mcfs_mount(str(tmp / "src"), str(tmp / "mnt"), opts=opts) as m:
+        assert read_direct(m.p("m.bin")) == 4 << 20  # bytes: test_restart_warm
+        fd = os.open(m.p("m.bin"), os.O_RDONLY)
+        try:
+            r = _abi.LoadReq(abi_version=_abi.ABI, nranges=1)
+            r.ranges[0].len = 100
+            try:
+                fcntl.ioctl(fd, _abi.IOC_LOAD, r)
+                gpu = True
+            except OSError:
+                gpu = False
+        finally:
+            os.close(fd)
+        mx = Metrics(scrape(port))
+        assert mx.get("mcfs_cache_hits_total", tier="disk") >= 4
+        assert mx.get("mcfs_cache_misses_total", tier="disk") == 0
+        assert mx.get("mcfs_cache_capacity_bytes", tier="disk") > 0
+        assert mx.get("mcfs_cache_used_bytes", tier="disk") >= 4 << 20
+        assert mx.get("mcfs_disk_read_bytes_total") >= 4 << 20
+        assert mx.get("mcfs_disk_checksum_errors_total") == 0
+        assert mx.get("mcfs_fetches_total", result="ok") == 0, "a store fetch after restart"
+        assert mx.get("mcfs_gpu_loads_total", result="ok" if gpu else "error") == 1
