@@ -61,7 +61,7 @@ class Nginx:
         self.access_log = access_log  # a path: log every request there (counted by tests)
         self.dir = workdir or (self.root.rstrip("/") + "-nginx")
         self.port = port or free_port()
-        self.autoindex = autoindex
+        self.autoindex = autoindex  # True or "json": JSON listings; "html": HTML; False: none
         self.url = "http://127.0.0.1:%d" % self.port
         self.pid = None
 
@@ -69,6 +69,8 @@ class Nginx:
         os.makedirs(self.dir, exist_ok=True)
         conf = os.path.join(self.dir, "nginx.conf")
         ai = "autoindex on; autoindex_format json;" if self.autoindex else ""
+        if self.autoindex == "html":  # rclone's http backend parses HTML listings
+            ai = "autoindex on;"
         user = "user root;" if os.geteuid() == 0 else ""  # workers read the test's tmp dirs
         with open(conf, "w") as f:
             f.write("""
