@@ -148,10 +148,8 @@ static void teardown(struct fs_session *s)
 #ifdef MCFS_HAVE_GPU
 	gpu_free(s->gpu);
 #endif
-	if (s->se) {
-		fuse_remove_signal_handlers(s->se);
+	if (s->se)
 		fuse_session_destroy(s->se);
-	}
 	if (s->cache)
 		fs_handles_free_all(s); /* files still open at unmount */
 	cache_free(s->cache);		/* waits for fetches in flight */
@@ -190,8 +188,6 @@ static int setup(struct fs_session *s)
 		MCFS_ERR("cannot create the FUSE session (see the message above)");
 		return -EINVAL;
 	}
-	if (fuse_set_signal_handlers(s->se) != 0)
-		return -EIO;
 	if (fuse_session_mount(s->se, s->cfg.mountpoint) != 0) {
 		MCFS_ERR("cannot mount on %s (is /dev/fuse there, and are we root or is "
 			 "fusermount3 installed?)",
@@ -200,6 +196,109 @@ static int setup(struct fs_session *s)
 	}
 	s->started_ns = mcfs_now_ns();
 	return 0;
+}
+
+/*
+ * Stopping. libfuse's own signal handlers only mark the session exited and
+ * count on the signal interrupting the loop's wait in the main thread: a stop
+ * signal taken by another thread (a fetch thread, the metrics server, the CUDA
+ * runtime's), or one that lands between the loop's check and its wait, leaves
+ * the mount up until the next request. So mcfs blocks the stop signals in
+ * every thread, takes them in one thread with sigtimedwait(), and then kicks
+ * the main thread with SIGUSR1 (whose handler does nothing: the point is the
+ * EINTR) until the loop has returned.
+ */
+struct stopper {
+	pthread_t main, tid;
+	pthread_mutex_t lock;
+	struct fuse_session *se; /* set once the loop may run; under lock */
+	atomic_bool requested;	 /* a stop signal came, or the ready check failed */
+	atomic_bool done;	 /* the loop returned: stop kicking, end the thread */
+	bool started;		 /* tid runs */
+};
+
+static void kick_handler(int sig)
+{
+	(void)sig;
+}
+
+static void stop_signal_set(sigset_t *set)
+{
+	sigemptyset(set);
+	sigaddset(set, SIGTERM);
+	sigaddset(set, SIGINT);
+	sigaddset(set, SIGHUP);
+	sigaddset(set, SIGQUIT);
+}
+
+/* Ends the loop: from the stop thread, or from the ready thread when the mount does not answer. */
+static void stop_request(struct stopper *st)
+{
+	atomic_store(&st->requested, true);
+	pthread_mutex_lock(&st->lock);
+	if (st->se)
+		fuse_session_exit(st->se);
+	pthread_mutex_unlock(&st->lock);
+	pthread_kill(st->tid, SIGUSR1); /* out of sigtimedwait(), to start kicking */
+}
+
+static void *stop_thread(void *arg)
+{
+	const struct timespec kick_every = {.tv_nsec = 50 * 1000 * 1000};
+	struct stopper *st = arg;
+	sigset_t set;
+	siginfo_t si;
+
+	pthread_setname_np(pthread_self(), "mcfs-signals");
+	stop_signal_set(&set);
+	while (!atomic_load(&st->done)) {
+		if (!atomic_load(&st->requested)) {
+			int sig = sigtimedwait(&set, &si, NULL);
+
+			if (sig > 0) {
+				MCFS_INFO("%s: unmounting", strsignal(sig));
+				stop_request(st);
+			}
+			continue;
+		}
+		pthread_mutex_lock(&st->lock);
+		if (st->se && !atomic_load(&st->done))
+			pthread_kill(st->main, SIGUSR1);
+		pthread_mutex_unlock(&st->lock);
+		nanosleep(&kick_every, NULL);
+	}
+	return NULL;
+}
+
+/* Blocks the stop signals here (so in every thread started later); starts the stop thread. */
+static int stopper_start(struct stopper *st)
+{
+	struct sigaction sa = {.sa_handler = kick_handler}; /* no SA_RESTART: EINTR is the point */
+	sigset_t set;
+	int rc;
+
+	stop_signal_set(&set);
+	pthread_sigmask(SIG_BLOCK, &set, NULL);
+	sigemptyset(&sa.sa_mask);
+	sigaction(SIGUSR1, &sa, NULL);
+	st->main = pthread_self();
+	pthread_mutex_init(&st->lock, NULL);
+	rc = pthread_create(&st->tid, NULL, stop_thread, st);
+	st->started = rc == 0;
+	if (rc)
+		MCFS_ERR("cannot start the signal thread: %s", strerror(rc));
+	return -rc;
+}
+
+/* After the loop: ends the stop thread. A signal not yet taken stays pending (blocked). */
+static void stopper_stop(struct stopper *st)
+{
+	pthread_mutex_lock(&st->lock);
+	atomic_store(&st->done, true);
+	st->se = NULL;
+	pthread_mutex_unlock(&st->lock);
+	pthread_kill(st->tid, SIGUSR1);
+	pthread_join(st->tid, NULL);
 }
 
 static int serve(struct fs_session *s)
@@ -221,6 +320,7 @@ static int serve(struct fs_session *s)
 
 struct ready_ctx {
 	struct fs_session *s;
+	struct stopper *st;
 	int ready_fd; /* daemon mode: the parent waits for one byte; -1 in the foreground */
 };
 
@@ -240,7 +340,7 @@ static void *ready_thread(void *arg)
 	if (stat(s->cfg.mountpoint, &st) < 0) {
 		MCFS_ERR("the new mount %s does not answer: %s", s->cfg.mountpoint,
 			 strerror(errno));
-		fuse_session_exit(s->se);
+		stop_request(r->st);
 		return NULL;
 	}
 	fs_mount_set_readahead(s->cfg.mountpoint, s->cfg.read_ahead_kb);
@@ -272,24 +372,36 @@ static int run_mount(struct fs_session *s, int ready_fd)
 #ifdef MCFS_HAVE_METRICS
 	struct fs_metrics *metrics = NULL;
 #endif
-	struct ready_ctx r = {.s = s, .ready_fd = ready_fd};
+	struct stopper st = {0};
+	struct ready_ctx r = {.s = s, .st = &st, .ready_fd = ready_fd};
 	pthread_t tid;
 	int rc;
 
-	rc = setup(s);
+	rc = stopper_start(&st);
+	if (rc == 0)
+		rc = setup(s);
 #ifdef MCFS_HAVE_METRICS
 	if (rc == 0)
 		rc = fs_metrics_start(s, &metrics);
 #endif
-	if (rc == 0)
+	if (rc == 0) {
+		pthread_mutex_lock(&st.lock);
+		st.se = s->se;
+		if (atomic_load(&st.requested)) /* a signal during start-up */
+			fuse_session_exit(s->se);
+		pthread_mutex_unlock(&st.lock);
 		rc = -pthread_create(&tid, NULL, ready_thread, &r);
+	}
 	if (rc < 0) {
+		if (st.started)
+			stopper_stop(&st);
 		if (s->se && fuse_session_fd(s->se) >= 0)
 			fuse_session_unmount(s->se);
 		teardown(s);
 		return 1;
 	}
 	rc = serve(s);
+	stopper_stop(&st);
 	pthread_join(tid, NULL);
 	MCFS_INFO("unmounted %s", s->cfg.mountpoint);
 #ifdef MCFS_HAVE_METRICS
