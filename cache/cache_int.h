@@ -11,6 +11,7 @@
 #define MCFS_CACHE_INT_H
 
 #include <pthread.h>
+#include <stdatomic.h>
 
 #include "cache.h"
 #include "disk.h"
@@ -93,6 +94,9 @@ struct cache {
 	unsigned warm_jobs;	 /* guarded by lock: warm-up fetches queued or running */
 	struct cache_stats st;	 /* guarded by lock (counters only) */
 
+	pthread_t prefault; /* ram_prefault: faults the region in, then ends */
+	bool prefault_started;
+	atomic_bool prefault_stop; /* cache_free(): stop early */
 	pthread_t *threads;
 	unsigned nthreads;
 

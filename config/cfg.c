@@ -86,6 +86,8 @@ static const struct key keys[] = {
      "a power of two from 1M to 64M; the unit fetched and cached"},
     {"ram_cache", KEY_SIZE, F(ram_cache), 0, 1024.0 * GiB, NULL,
      "a size of at least 4 blocks, e.g. 2G; RAM tier"},
+    {"ram_prefault", KEY_BOOL, F(ram_prefault), 0, 0, NULL,
+     "true or false; fault the RAM tier's memory in after start-up, in the background"},
     {"readahead_max", KEY_SIZE, F(readahead_max), 0, 64.0 * GiB, NULL,
      "a size, 0 (off) or at least one block; cap of one stream's readahead window"},
     {"prefetch_mem", KEY_SIZE, F(prefetch_mem), 0, 1024.0 * GiB, NULL,
@@ -164,6 +166,7 @@ void cfg_init(struct cfg *c)
 	memset(c, 0, sizeof(*c));
 	c->block_size = 8 * MiB; /* S3 reaches full throughput with 8 MiB parts */
 	c->ram_cache = 2 * GiB;
+	c->ram_prefault = true;
 	c->readahead_max = 512 * MiB;
 	c->prefetch_mem = 0;
 	c->connections = 16; /* one stream caps a NAS or an object store */

@@ -8,10 +8,11 @@ Counters must show evictions, and the file's cached bytes never exceed the
 tier.
 """
 import os
+import time
 
 import pytest
 
-from conftest import mcfs_mount
+from conftest import mcfs_mount, wait_for
 from gen import MiB, cached_bytes, pread_direct_fd, sanitized, write_random
 from test_concurrent_readers import check_reader, run_readers
 
@@ -77,3 +78,27 @@ def test_memory_stays_bounded(tmp):
         if sanitized(m.proc.pid):
             pytest.skip("RSS not checked: the daemon runs under a sanitizer (quarantine)")
         assert grown < 24 * 1024, "daemon RSS grew %d KiB over 3 passes of 96 MiB" % grown
+
+
+@pytest.mark.parametrize("prefault", [True, False])
+def test_ram_tier_prefault(tmp, prefault):
+    """ram_prefault (the default) faults the whole RAM tier in after start-up,
+    with no read, and logs how long it took; ram_prefault=false leaves it to
+    first use. Both read right while the tier fills (or doesn't)."""
+    data = write_random(str(tmp / "src" / "p.bin"), 3 * MiB + 5, seed=9)
+    opts = ["block_size=1M", "ram_cache=192M", "ram_prefault=%s" % str(prefault).lower()]
+    with mcfs_mount(str(tmp / "src"), str(tmp / "mnt"), opts=opts) as m:
+        def rss_kb():
+            with open("/proc/%d/status" % m.proc.pid) as f:
+                return int([l for l in f if l.startswith("VmRSS:")][0].split()[1])
+
+        assert open(m.p("p.bin"), "rb").read() == data
+        if prefault:
+            assert wait_for(lambda: "RAM tier: 192.0 MiB faulted in" in m.log(), 20), m.log()
+            assert rss_kb() >= 192 * 1024
+        else:
+            time.sleep(1)
+            assert "faulted in" not in m.log()
+            if not sanitized(m.proc.pid):
+                assert rss_kb() < 128 * 1024, rss_kb()
+        assert open(m.p("p.bin"), "rb").read() == data
