@@ -13,8 +13,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
-#include <sys/resource.h>
-#include <unistd.h>
 
 static size_t pow2_at_least(size_t n)
 {
@@ -54,8 +52,9 @@ static int alloc_region(struct cache *c)
 #ifndef MADV_POPULATE_WRITE
 #define MADV_POPULATE_WRITE 23 /* Linux 5.14; older kernels answer EINVAL */
 #endif
-#define PREFAULT_CHUNK (64ull << 20)
-#define PREFAULT_KEEP_FREE (512ull << 20) /* stop before MemAvailable drops below this */
+#define PREFAULT_CHUNK (2ull << 20)	   /* one huge page per madvise() */
+#define PREFAULT_CHECK_EVERY (64ull << 20) /* bytes between looks at MemAvailable */
+#define PREFAULT_KEEP_FREE (512ull << 20)  /* stop before MemAvailable drops below this */
 
 /* MemAvailable in bytes, or UINT64_MAX when /proc/meminfo can't say. */
 static uint64_t mem_available(void)
@@ -74,13 +73,19 @@ static uint64_t mem_available(void)
 }
 
 /*
- * Faults the RAM tier's memory in, a chunk at a time, at the lowest CPU
- * priority. The kernel zeroes every page on first touch (and may compact
- * memory for a huge page); inside a cold read that costs up to a third of the
- * daemon's CPU time on a small node, and makes its speed depend on how
- * fragmented memory happens to be. MADV_POPULATE_WRITE leaves contents alone,
- * so slots already in use are safe. Stops early at cache_free(), and before
- * the node runs short of memory.
+ * Faults the RAM tier's memory in. The kernel zeroes every page on first
+ * touch (and may compact memory for a huge page); inside a cold read that
+ * costs up to a third of the daemon's CPU time on a small node, and makes its
+ * speed depend on how fragmented memory happens to be. Done here, it is the
+ * same work, earlier. MADV_POPULATE_WRITE leaves contents alone, so slots
+ * already in use are safe.
+ *
+ * One huge page per call, at normal priority: the call holds mmap_lock for
+ * reading, and any mmap() in another thread (malloc) waits for it - and every
+ * page fault queues behind that waiting writer. With 64 MiB calls, or at
+ * nice 19 (preempted while holding the lock), the whole mount stalled for
+ * seconds. Stops early at cache_free(), and before the node runs short of
+ * memory.
  */
 static void *prefault_thread(void *arg)
 {
@@ -90,12 +95,11 @@ static void *prefault_thread(void *arg)
 	size_t off = 0;
 
 	pthread_setname_np(pthread_self(), "mcfs-prefault");
-	if (setpriority(PRIO_PROCESS, (id_t)gettid(), 19) < 0)
-		MCFS_DEBUG("RAM tier prefault: setpriority: %s", strerror(errno));
 	while (off < c->region_len && !atomic_load(&c->prefault_stop)) {
 		size_t len = MCFS_MIN(PREFAULT_CHUNK, c->region_len - off);
 
-		if (mem_available() < PREFAULT_KEEP_FREE + len) {
+		if (off % PREFAULT_CHECK_EVERY == 0 &&
+		    mem_available() < PREFAULT_KEEP_FREE + PREFAULT_CHECK_EVERY) {
 			MCFS_INFO("RAM tier: stopped faulting memory in after %s: the node has "
 				  "little memory left; the rest faults in on first use",
 				  mcfs_fmt_bytes(off, b, sizeof(b)));
