@@ -81,9 +81,11 @@ MCFS_MUST_CHECK int cache_new(const struct cfg *cfg, struct remote *remote, stru
 
 /*
  * With cfg->cache_dir set, cache_new also opens the metadata store (LMDB)
- * and the disk tier there (cache/meta.h, cache/disk.h). If that fails (not
- * writable, in use by another daemon, no room) it logs a warning and the
- * cache runs RAM-only: a cache directory never stops a mount.
+ * and the disk tier in this store's own subdirectory of it (named after the
+ * source; cache/meta.h, cache/disk.h), so that stores never share entries.
+ * If that fails (not writable, in use by another daemon of the same store,
+ * no room) it logs a warning and the cache runs RAM-only: a cache directory
+ * never stops a mount.
  */
 
 /* Stops the fetch threads (waiting for fetches in flight), writes the disk

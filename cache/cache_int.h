@@ -113,6 +113,15 @@ void cache_list_push_back(struct slot_list *l, struct cache_block *b);
 void *cache_fetch_thread(void *arg);
 
 /* tiers.c: the disk tier and metadata store under cfg->cache_dir (no-ops without). */
+/*
+ * Names this store's directory under cache_dir: "KIND-SLUG-HASH", where HASH
+ * is 16 hex digits of XXH3-64 over the source (no "file://", no trailing '/')
+ * and, for s3://, the endpoint and region; SLUG is the source's last 48
+ * characters at most, without its scheme, with '_' for all but
+ * [A-Za-z0-9._-]. Returns 0, or -ENAMETOOLONG if outlen is too small.
+ */
+MCFS_MUST_CHECK int cache_store_dir_name(const struct cfg *cfg, const char *kind, char *out,
+					 size_t outlen);
 void cache_tiers_open(struct cache *c);	 /* can't fail: RAM only, with a warning */
 void cache_tiers_close(struct cache *c); /* after the fetch threads stopped */
 /* Fills b's slot with its whole block from the disk tier (verified). No lock held. */

@@ -533,7 +533,7 @@ int cache_disk_open(const char *dir, uint64_t limit, uint64_t bs, struct cache_m
 		cache_disk_close(d);
 		return rc;
 	}
-	MCFS_INFO("disk tier %s: %u slots, %llu blocks held (%s)", d->path, d->nslots,
+	MCFS_INFO("disk tier in %s (%u slots, %llu blocks held, %s)", dir, d->nslots,
 		  (unsigned long long)d->st.slots_used, d->direct ? "O_DIRECT" : "buffered");
 	*out = d;
 	return 0;

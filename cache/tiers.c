@@ -7,9 +7,15 @@
  * Kept apart from blocks.c so that the RAM tier's logic reads without the
  * disk's, and so the hooks there are one line each.
  *
+ * Each store gets its own directory under cache_dir, named after the store
+ * (cache_store_dir_name()): LMDB keys and block keys are paths inside the store,
+ * so two stores sharing one directory would serve each other's attributes,
+ * listings and blocks. Remounting the same store finds its directory again.
+ *
  * Set-up never fails a mount: a cache_dir that can't be created, is locked
  * by another daemon or has no room leaves the cache RAM-only, with a warning.
- * The flock on CACHE_DIR/lock is what keeps two daemons from sharing slots.
+ * The flock on STORE_DIR/lock is what keeps two daemons of one store from
+ * sharing slots.
  */
 #define _GNU_SOURCE
 #include "cache_int.h"
@@ -22,6 +28,12 @@
 #include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include <xxhash.h>
+
+/* Longest readable part of a store's directory name; the hash tells stores apart. */
+#define SLUG_MAX 48
+/* CACHE_DIR/KIND-SLUG-HASH: room for cache_dir and the name */
+#define STORE_DIR_MAX (CFG_STR_MAX + 128)
 
 /* Write-behind queue: each job pins a RAM slot, so at most a quarter of them. */
 #define WB_QUEUE_MAX 32
@@ -48,7 +60,7 @@ static int make_dirs(const char *dir)
 
 static int take_lock(struct cache *c, const char *dir)
 {
-	char p[CFG_STR_MAX + 16];
+	char p[STORE_DIR_MAX + 16];
 
 	snprintf(p, sizeof(p), "%s/lock", dir);
 	c->lockfd = open(p, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
@@ -59,23 +71,115 @@ static int take_lock(struct cache *c, const char *dir)
 	return 0;
 }
 
-void cache_tiers_open(struct cache *c)
+/* Copies s without its trailing '/'s (a lone "/" stays) into out (CFG_STR_MAX). */
+static void trim_slashes(const char *s, char *out)
+{
+	size_t n = strlen(s);
+
+	while (n > 1 && s[n - 1] == '/')
+		n--;
+	snprintf(out, CFG_STR_MAX, "%.*s", (int)n, s);
+}
+
+int cache_store_dir_name(const struct cfg *cfg, const char *kind, char *out, size_t outlen)
+{
+	char src[CFG_STR_MAX], ep[CFG_STR_MAX], slug[SLUG_MAX + 1];
+	char id[sizeof(src) + sizeof(ep) + sizeof(cfg->region) + 2];
+	const char *s = cfg->source, *sep;
+	size_t n = 0;
+	int len;
+
+	if (strncmp(s, "file://", 7) == 0)
+		s += 7;
+	trim_slashes(s, src);
+	/* The identity: the source, and for S3 the service too (bucket names repeat). */
+	if (strncmp(src, "s3://", 5) == 0) {
+		trim_slashes(cfg->endpoint, ep);
+		snprintf(id, sizeof(id), "%s\n%s\n%s", src, ep, cfg->region);
+	} else {
+		snprintf(id, sizeof(id), "%s", src);
+	}
+	/* The readable part: no scheme (the kind says it), no leading '/', and of a
+	 * long source its end, which tells models apart better than its start. */
+	sep = strstr(src, "://");
+	s = sep ? sep + 3 : src;
+	while (*s == '/')
+		s++;
+	if (strlen(s) > SLUG_MAX)
+		s += strlen(s) - SLUG_MAX;
+	for (; *s; s++, n++) {
+		bool keep = (*s >= 'a' && *s <= 'z') || (*s >= 'A' && *s <= 'Z') ||
+			    (*s >= '0' && *s <= '9') || *s == '-' || *s == '.' || *s == '_';
+
+		slug[n] = keep ? *s : '_';
+	}
+	slug[n] = '\0';
+	len = snprintf(out, outlen, "%s-%s-%016llx", kind, n ? slug : "root",
+		       (unsigned long long)XXH3_64bits(id, strlen(id)));
+	return len < 0 || (size_t)len >= outlen ? -ENAMETOOLONG : 0;
+}
+
+/*
+ * mcfs before per-store directories kept one store's tier in CACHE_DIR itself:
+ * it is not used any more (whose store it held is unknown), so say so once.
+ */
+static void note_old_layout(const char *dir)
+{
+	char p[CFG_STR_MAX + 16];
+	struct stat st;
+
+	snprintf(p, sizeof(p), "%s/blocks", dir);
+	if (stat(p, &st) == 0 && S_ISDIR(st.st_mode))
+		MCFS_WARN("cache_dir %s: blocks/ and meta/ there are an older mcfs's disk tier, "
+			  "not used any more (each store now has its own subdirectory); remove "
+			  "them to free the space",
+			  dir);
+}
+
+/* CACHE_DIR/NAME for this store, made (0700) with CACHE_DIR if need be. */
+static int make_store_dir(struct cache *c, char *out, size_t outlen)
 {
 	const char *dir = c->cfg->cache_dir;
-	char p[CFG_STR_MAX + 16];
+	char name[128];
+	int rc, len;
+
+	rc = cache_store_dir_name(c->cfg, remote_kind(c->remote), name, sizeof(name));
+	if (rc < 0)
+		return rc;
+	len = snprintf(out, outlen, "%s/%s", dir, name);
+	if (len < 0 || (size_t)len >= outlen)
+		return -ENAMETOOLONG;
+	rc = make_dirs(dir);
+	if (rc == 0 && mkdir(out, 0700) < 0 && errno != EEXIST)
+		rc = -errno;
+	if (rc == 0 && access(out, R_OK | W_OK | X_OK) < 0)
+		rc = -errno;
+	return rc;
+}
+
+void cache_tiers_open(struct cache *c)
+{
+	char dir[STORE_DIR_MAX], p[STORE_DIR_MAX + 16];
 	uint64_t limit = 0;
 	unsigned qmax;
 	int rc;
 
 	c->lockfd = -1;
-	if (!dir[0])
+	if (!c->cfg->cache_dir[0])
 		return;
-	rc = make_dirs(dir);
-	if (rc == 0)
-		rc = take_lock(c, dir);
+	rc = make_store_dir(c, dir, sizeof(dir));
+	if (rc < 0) {
+		MCFS_WARN("cache_dir %s: %s; running without a disk tier (RAM only; set cache_dir "
+			  "to a writable directory, or cache_dir= to not use one)",
+			  c->cfg->cache_dir, strerror(-rc));
+		return;
+	}
+	note_old_layout(c->cfg->cache_dir);
+	rc = take_lock(c, dir);
 	if (rc < 0) {
 		MCFS_WARN("cache_dir %s: %s; running without a disk tier (RAM only)", dir,
-			  rc == -EBUSY ? "in use by another mcfs daemon" : strerror(-rc));
+			  rc == -EBUSY ? "in use by another mcfs daemon of this store"
+				       : strerror(-rc));
 		return;
 	}
 	snprintf(p, sizeof(p), "%s/meta", dir);

@@ -124,7 +124,8 @@ static const struct key keys[] = {
     {"manifest", KEY_STR, F(manifest), 0, 0, NULL,
      "a file name; the JSON listing at an http store's base"},
     {"cache_dir", KEY_STR, F(cache_dir), 0, 0, NULL,
-     "a directory for the disk tier and metadata (empty = RAM only)"},
+     "a directory for the disk tier and metadata, one subdirectory per store "
+     "(default /var/cache/mcfs; empty = RAM only)"},
     {"disk_cache", KEY_STR, F(disk_cache), 0, 0, check_disk_cache,
      "a size (e.g. 100G) or a share of the cache filesystem (e.g. 50%)"},
     {"offline", KEY_BOOL, F(offline), 0, 0, NULL,
@@ -183,6 +184,7 @@ void cfg_init(struct cfg *c)
 	c->timeout = 30;
 	c->retries = 5;
 	snprintf(c->manifest, sizeof(c->manifest), ".mcfs-manifest.json");
+	snprintf(c->cache_dir, sizeof(c->cache_dir), "/var/cache/mcfs"); /* issue 5 */
 	snprintf(c->disk_cache, sizeof(c->disk_cache), "50%%");
 	c->log_level = MCFS_LOG_INFO;
 }

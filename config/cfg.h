@@ -66,7 +66,7 @@ struct cfg {
 	char manifest[256];	    /* http: manifest file name at the base URL */
 
 	/* Disk tier and persistent metadata (cache/disk, cache/meta). */
-	char cache_dir[CFG_STR_MAX]; /* empty = no disk tier */
+	char cache_dir[CFG_STR_MAX]; /* default /var/cache/mcfs; empty = no disk tier */
 	char disk_cache[32];	     /* "SIZE" or "N%" of the filesystem */
 	bool offline;		     /* answer metadata from LMDB when the store is down */
 

@@ -69,7 +69,7 @@ static void test_defaults(void)
 	CHECK(c.tls_verify == true, "tls_verify");
 	CHECK(strcmp(c.region, "us-east-1") == 0, "region '%s'", c.region);
 	CHECK(strcmp(c.addressing, "path") == 0, "addressing '%s'", c.addressing);
-	CHECK(c.cache_dir[0] == '\0', "cache_dir '%s'", c.cache_dir);
+	CHECK(strcmp(c.cache_dir, "/var/cache/mcfs") == 0, "cache_dir '%s'", c.cache_dir);
 	CHECK(c.metrics[0] == '\0', "metrics '%s'", c.metrics);
 	CHECK(c.source[0] == '\0' && c.mountpoint[0] == '\0', "source/mountpoint not empty");
 	CHECK(c.foreground == false, "foreground");
@@ -457,6 +457,16 @@ static void test_opts(void)
 	CHECK(rc == 0 && c.block_size == 2 * MiB && c.allow_other, "fstab options: rc %d %s", rc,
 	      err);
 
+	/* an empty cache_dir (RAM only) overrides the default, with or without '=' */
+	cfg_init(&c);
+	rc = cfg_set_opts(&c, "cache_dir=,block_size=1M", err, sizeof(err));
+	CHECK(rc == 0 && c.cache_dir[0] == '\0' && c.block_size == MiB,
+	      "cache_dir= not applied: rc %d '%s' %s", rc, c.cache_dir, err);
+	cfg_init(&c);
+	rc = cfg_set_opts(&c, "cache_dir", err, sizeof(err));
+	CHECK(rc == 0 && c.cache_dir[0] == '\0', "bare cache_dir: rc %d '%s' %s", rc, c.cache_dir,
+	      err);
+
 	/* empty option string and empty items */
 	cfg_init(&c);
 	CHECK(cfg_set_opts(&c, "", err, sizeof(err)) == 0, "empty opts refused: %s", err);
@@ -558,6 +568,14 @@ static void test_file_good(void)
 	CHECK(rc == 0, "[mcfs] file refused: %s", err);
 	CHECK(c.attr_ttl == 5 && c.block_size == 4 * MiB && !c.keep_cache && c.read_ahead_kb == 0,
 	      "[mcfs] keys not applied");
+	unlink(p);
+
+	/* "cache_dir =" with no value: RAM only */
+	p = write_file("nocache", "[mcfs]\ncache_dir =\nblock_size = 2M\n");
+	cfg_init(&c);
+	rc = cfg_load_file(&c, p, err, sizeof(err));
+	CHECK(rc == 0, "empty cache_dir refused: %s", err);
+	CHECK(c.cache_dir[0] == '\0' && c.block_size == 2 * MiB, "cache_dir '%s'", c.cache_dir);
 	unlink(p);
 
 	/* an empty file is fine */

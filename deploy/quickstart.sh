@@ -50,7 +50,8 @@ cat <<TXT
 
 mcfs is mounted: $src -> $mnt
   ls -l $mnt                       browse the store (read-only)
-  cp $mnt/<file> /tmp/             read any file; blocks are cached in RAM
+  cp $mnt/<file> /tmp/             read any file; blocks are cached in RAM and in
+                                   /var/cache/mcfs (kept across remounts)
   getfattr -n user.mcfs.stats $mnt cache counters
   python3 -c "from safetensors import safe_open; print(safe_open('$mnt/demo-model/model.safetensors', 'np').keys())"
 Unmount with:

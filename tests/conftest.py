@@ -7,6 +7,7 @@ stops the daemon. The daemon's log is kept and attached to failures.
 """
 import contextlib
 import os
+import re
 import shutil
 import subprocess
 import tempfile
@@ -60,13 +61,39 @@ class Mount:
         return out
 
 
+def wants_ram_only(opts, extra_args):
+    """True if a mount with these arguments would use the built-in cache_dir:
+    neither opts nor a config file (`-c FILE`) set one."""
+    if any(o.split("=", 1)[0] == "cache_dir" for o in opts):
+        return False
+    args = list(extra_args)
+    for i, a in enumerate(args):
+        if a.startswith("-c"):
+            path = a[2:] or (args[i + 1] if i + 1 < len(args) else "")
+            try:
+                with open(path) as f:
+                    if re.search(r"^\s*cache_dir\s*=", f.read(), re.M):
+                        return False
+            except OSError:
+                pass  # mcfs will say why it cannot read it
+    return True
+
+
 @contextlib.contextmanager
-def mcfs_mount(source, mountpoint, opts=(), extra_args=(), env=None, timeout=20):
+def mcfs_mount(source, mountpoint, opts=(), extra_args=(), env=None, timeout=20,
+               builtin_cache_dir=False):
     """Mounts `source` on `mountpoint` with mcfs in the foreground.
 
     Yields a Mount. Raises RuntimeError (with the daemon's log) if the mount
     does not appear within `timeout` seconds.
+
+    The mount is RAM only (`cache_dir=`, added to opts) unless opts or the
+    config file (`-c FILE`) set a cache_dir, or builtin_cache_dir is true:
+    mcfs's default, /var/cache/mcfs, would keep every test's store.
     """
+    opts = list(opts)
+    if not builtin_cache_dir and wants_ram_only(opts, extra_args):
+        opts.append("cache_dir=")
     os.makedirs(mountpoint, exist_ok=True)
     logfd, logpath = tempfile.mkstemp(prefix="mcfs-log-", suffix=".txt")
     cmd = [MCFS, "mount", source, mountpoint, "-f"]

@@ -1,5 +1,6 @@
 """Helpers shared by the disk-tier suites (issue 5): a tree of files worth
 several blocks, its checksums, and waiting for write-behind to settle."""
+import glob
 import hashlib
 import os
 import time
@@ -48,6 +49,13 @@ def settle(m, timeout=20):
         if time.time() > deadline:
             raise AssertionError("write-behind did not settle: %s" % st)
         time.sleep(0.05)
+
+
+def store_dir(cache):
+    """The one store's directory under cache_dir (cache/KIND-SLUG-HASH)."""
+    dirs = glob.glob(os.path.join(glob.escape(cache), "*", "blocks", "slots"))
+    assert len(dirs) == 1, "stores under %s: %s" % (cache, dirs)
+    return os.path.dirname(os.path.dirname(dirs[0]))
 
 
 def drop_page_cache():

@@ -106,7 +106,8 @@ def test_read_ahead_kb_set_before_daemon_mode_returns(tmp):
     """`mcfs mount` (daemon mode) returns once the mount is ready, tuning included."""
     mnt = str(tmp / "mnt")
     try:
-        r = run_mcfs("mount", str(tmp / "src"), mnt, "-o", "read_ahead_kb=2048", timeout=20)
+        r = run_mcfs("mount", str(tmp / "src"), mnt, "-o", "read_ahead_kb=2048,cache_dir=",
+                     timeout=20)
         assert r.returncode == 0, r.stderr
         assert bdi_read_ahead_kb(mnt) == 2048
     finally:

@@ -14,7 +14,8 @@ def test_daemon_mount_and_umount(tmp):
     mnt = str(tmp / "mnt")
     try:
         # capture_output: if the daemon kept the pipes open, this would not return
-        r = run_mcfs("mount", str(tmp / "src"), mnt, "-o", "block_size=1M", timeout=20)
+        r = run_mcfs("mount", str(tmp / "src"), mnt, "-o", "block_size=1M,cache_dir=",
+                     timeout=20)
         assert r.returncode == 0, r.stdout + r.stderr
         assert fuse_mounted(mnt), "mcfs returned 0 before the mount was up"
         pids = daemon_pids(mnt)
@@ -36,7 +37,7 @@ def test_daemon_is_detached(tmp):
     """The daemon is its own session leader, in / , not holding the caller's terminal."""
     mnt = str(tmp / "mnt")
     try:
-        r = run_mcfs("mount", "file://" + str(tmp / "src"), mnt, timeout=20)
+        r = run_mcfs("mount", "file://" + str(tmp / "src"), mnt, "-o", "cache_dir=", timeout=20)
         assert r.returncode == 0, r.stderr
         pids = daemon_pids(mnt)
         assert len(pids) == 1, pids
@@ -57,7 +58,7 @@ def test_umount_busy_then_lazy(tmp):
     (tmp / "src" / "f").write_bytes(b"open me")
     mnt = str(tmp / "mnt")
     try:
-        r = run_mcfs("mount", str(tmp / "src"), mnt, timeout=20)
+        r = run_mcfs("mount", str(tmp / "src"), mnt, "-o", "cache_dir=", timeout=20)
         assert r.returncode == 0, r.stderr
         f = open(os.path.join(mnt, "f"), "rb")
         try:
@@ -90,8 +91,8 @@ def test_relative_paths_with_spaces(tmp):
     mnt.mkdir()
     (src / "f").write_bytes(b"relative")
     try:
-        r = subprocess.run([MCFS, "mount", "my store", "my mount"], cwd=str(tmp),
-                           capture_output=True, text=True, timeout=20)
+        r = subprocess.run([MCFS, "mount", "my store", "my mount", "-o", "cache_dir="],
+                           cwd=str(tmp), capture_output=True, text=True, timeout=20)
         assert r.returncode == 0, r.stderr
         assert fuse_mounted(str(mnt))
         assert (mnt / "f").read_bytes() == b"relative"

@@ -8,7 +8,7 @@ import subprocess
 import pytest
 
 from conftest import mcfs_mount, need_root
-from disk_helpers import OPTS, make_model_tree, settle, tree_sums
+from disk_helpers import OPTS, make_model_tree, settle, store_dir, tree_sums
 from gen import MiB, write_random
 
 
@@ -26,12 +26,14 @@ def test_write_behind_fills_the_tier(tmp):
         assert st["disk_bytes_used"] == sum(os.path.getsize(os.path.join(tmp / "src", r))
                                             for r in sums)
     assert os.stat(cache).st_mode & 0o777 == 0o700
-    assert os.path.getsize(os.path.join(cache, "blocks", "slots")) > 0
+    store = store_dir(cache)
+    assert os.stat(store).st_mode & 0o777 == 0o700
+    assert os.path.getsize(os.path.join(store, "blocks", "slots")) > 0
 
 
 def _scribble_slots(cache, nslots, bs=MiB):
     """Overwrites bytes in the middle of every slot of the slot file."""
-    with open(os.path.join(cache, "blocks", "slots"), "r+b") as f:
+    with open(os.path.join(store_dir(cache), "blocks", "slots"), "r+b") as f:
         for i in range(nslots):
             f.seek(i * bs + 4096)
             f.write(b"\xa5" * 512)

@@ -80,7 +80,7 @@ def test_mount_fuse3_helper(tmp, path_env):
     mnt = str(tmp / "mnt")
     try:
         r = subprocess.run(["mount.fuse3", str(tmp / "src"), mnt, "-t", "fuse.mcfs",
-                            "-o", "ro,nodev,nosuid,block_size=1M"],
+                            "-o", "ro,nodev,nosuid,block_size=1M,cache_dir="],
                            env=path_env, capture_output=True, text=True, timeout=30)
         assert r.returncode == 0, r.stdout + r.stderr
         check_mounted(mnt, data)
@@ -94,7 +94,7 @@ def test_mount_t_fuse_mcfs(tmp, path_env, sbin_link):
     mnt = str(tmp / "mnt")
     try:
         r = subprocess.run(["mount", "-t", "fuse.mcfs", str(tmp / "src"), mnt,
-                            "-o", "ro,nodev,nosuid,block_size=1M,ram_cache=16M"],
+                            "-o", "ro,nodev,nosuid,block_size=1M,ram_cache=16M,cache_dir="],
                            env=path_env, capture_output=True, text=True, timeout=30)
         assert r.returncode == 0, r.stdout + r.stderr
         check_mounted(mnt, data)
@@ -109,7 +109,7 @@ def test_fstab_line(tmp, path_env, sbin_link):
     fstab = tmp / "fstab"
     src = "file://" + str(tmp / "src")
     fstab.write_text("# test fstab\n%s %s fuse.mcfs ro,_netdev,nofail,block_size=2M,"
-                     "attr_ttl=60,allow_other 0 0\n" % (src, mnt))
+                     "attr_ttl=60,allow_other,cache_dir= 0 0\n" % (src, mnt))
     try:
         r = subprocess.run(["mount", "-T", str(fstab), mnt], env=path_env,
                            capture_output=True, text=True, timeout=30)

@@ -264,7 +264,7 @@ def test_metrics_port_in_use_fails_mount(tmp):
         busy.listen(1)
         port = busy.getsockname()[1]
         r = run_mcfs("mount", str(tmp / "src"), str(tmp / "mnt"),
-                     "-o", "metrics=127.0.0.1:%d" % port, timeout=30)
+                     "-o", "metrics=127.0.0.1:%d,cache_dir=" % port, timeout=30)
         out = r.stdout + r.stderr
         try:
             assert r.returncode != 0, out

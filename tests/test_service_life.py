@@ -58,7 +58,7 @@ def write(path, size):
 def test_daemon_mounts_before_returning(tmp, mnt):
     need_root()
     write(tmp / "src" / "w.bin", 3 * MiB)
-    r = run_mcfs("mount", str(tmp / "src"), str(mnt), timeout=60)
+    r = run_mcfs("mount", str(tmp / "src"), str(mnt), "-o", "cache_dir=", timeout=60)
     assert r.returncode == 0, r.stdout + r.stderr
     # no polling: the mount must be there the moment `mcfs mount` returned
     assert fuse_mounted(str(mnt))
@@ -75,7 +75,8 @@ def test_daemon_mounts_before_returning(tmp, mnt):
 def test_umount_clears_crashed_daemon(tmp, mnt):
     need_root()
     (tmp / "src" / "a.txt").write_bytes(b"hello")
-    proc = subprocess.Popen([MCFS, "mount", str(tmp / "src"), str(mnt), "-f"],
+    proc = subprocess.Popen([MCFS, "mount", str(tmp / "src"), str(mnt), "-f", "-o",
+                             "cache_dir="],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         deadline = time.time() + 20
@@ -224,7 +225,7 @@ def test_daemon_logs_to_syslog(tmp, mnt):
     t.start()
     try:
         r = run_mcfs("mount", str(tmp / "src"), str(mnt), "-o",
-                     ",".join(secret_opts() + ["log_level=debug"]), timeout=60)
+                     ",".join(secret_opts() + ["log_level=debug", "cache_dir="]), timeout=60)
         assert r.returncode == 0, r.stdout + r.stderr
         pids = daemon_pids(mnt)
         with open(mnt / "a.bin", "rb") as f:

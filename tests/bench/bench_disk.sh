@@ -61,8 +61,11 @@ while [ "$(stat_of disk_queued)" != 0 ]; do sleep 0.2; done
 echo "disk tier after the cold read: $(stat_of disk_writes) blocks written, $(stat_of disk_write_drops) dropped" >&2
 umount_fg
 
-# the slot file's blocks: where the tier put the file (it fills from slot 0)
-slots=$cache/blocks/slots
+# the slot file's blocks: where the tier put the file (it fills from slot 0), in
+# the store's own directory under cache_dir (cache/KIND-SLUG-HASH)
+found=("$cache"/*/blocks/slots)
+[ ${#found[@]} = 1 ] && [ -f "${found[0]}" ] || { echo "not one slot file: ${found[*]}" >&2; exit 1; }
+slots=${found[0]}
 nblk=$(( (size * 1048576 + 8388607) / 8388608 ))
 declare -A r
 for i in $(seq "$runs"); do

@@ -4,6 +4,7 @@
 # Follows ../shared/notes/benchmarking.md: RAM pretouched before each timed
 # run, caches dropped where a run must be cold, medians, one table.
 #   tests/bench/bench_seq.sh [SIZE_MiB=2048] [RUNS=5]
+# mcfs runs RAM only (-o cache_dir=): each mount starts cold, with no disk tier.
 # Needs root (drop_caches, FUSE). Prints a markdown table.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -38,13 +39,13 @@ for i in $(seq "$runs"); do
 
 	# first read through a fresh mount, store file cold on disk
 	drop; pretouch
-	"$MCFS" mount "$work/src" "$mnt"
+	"$MCFS" mount "$work/src" "$mnt" -o cache_dir=
 	r[mcfs_first_cold]+="$(ddrate "$mnt/model.bin") "
 	"$MCFS" umount "$mnt"
 
 	# first read through a fresh mount, store file in page cache (FUSE + cache path only)
 	cat "$f" > /dev/null; pretouch
-	"$MCFS" mount "$work/src" "$mnt"
+	"$MCFS" mount "$work/src" "$mnt" -o cache_dir=
 	r[mcfs_first_warm]+="$(ddrate "$mnt/model.bin") "
 	pretouch
 	r[mcfs_reread]+="$(ddrate "$mnt/model.bin") "
