@@ -103,16 +103,21 @@ static void *prefault_thread(void *arg)
 			MCFS_INFO("RAM tier: stopped faulting memory in after %s: the node has "
 				  "little memory left; the rest faults in on first use",
 				  mcfs_fmt_bytes(off, b, sizeof(b)));
+			atomic_store(&c->prefault_state, CACHE_PREFAULT_STOPPED);
 			return NULL;
 		}
 		if (madvise(c->region + off, len, MADV_POPULATE_WRITE) < 0) {
 			MCFS_INFO(
 			    "RAM tier: memory faults in on first use (MADV_POPULATE_WRITE: %s)",
 			    strerror(errno));
+			atomic_store(&c->prefault_state, CACHE_PREFAULT_OFF);
 			return NULL;
 		}
 		off += len;
+		atomic_store_explicit(&c->prefault_bytes, off, memory_order_relaxed);
 	}
+	atomic_store(&c->prefault_state,
+		     off >= c->region_len ? CACHE_PREFAULT_DONE : CACHE_PREFAULT_STOPPED);
 	if (off >= c->region_len)
 		MCFS_INFO("RAM tier: %s faulted in in %.2f s",
 			  mcfs_fmt_bytes(c->region_len, b2, sizeof(b2)),
@@ -134,9 +139,12 @@ static void start_prefault(struct cache *c)
 			  mcfs_fmt_bytes(avail, b2, sizeof(b2)));
 	if (!c->cfg->ram_prefault)
 		return;
+	atomic_store(&c->prefault_state, CACHE_PREFAULT_RUNNING);
 	rc = pthread_create(&c->prefault, NULL, prefault_thread, c);
-	if (rc)
+	if (rc) {
 		MCFS_WARN("RAM tier: cannot start faulting memory in: %s", strerror(rc));
+		atomic_store(&c->prefault_state, CACHE_PREFAULT_OFF);
+	}
 	c->prefault_started = rc == 0;
 }
 

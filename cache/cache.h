@@ -43,6 +43,15 @@ struct cache_stream;
 /* Readahead window histogram: bucket i counts windows of at most 2^i blocks, at growth. */
 #define CACHE_RA_BUCKETS 12
 
+/* ram_prefault's progress (cache.c): off (or unsupported), running, done, or
+ * stopped short because the node ran low on memory. */
+enum cache_prefault_state {
+	CACHE_PREFAULT_OFF = 0,
+	CACHE_PREFAULT_RUNNING = 1,
+	CACHE_PREFAULT_DONE = 2,
+	CACHE_PREFAULT_STOPPED = 3,
+};
+
 struct cache_stats {
 	uint64_t block_size;	  /* bytes */
 	uint64_t slots;		  /* RAM-tier slots */
@@ -61,6 +70,8 @@ struct cache_stats {
 	uint64_t fetch_lat[CACHE_LAT_BUCKETS]; /* fetches by latency, non-cumulative */
 	double fetch_lat_sum;		       /* seconds, all fetches */
 	uint64_t ra_window[CACHE_RA_BUCKETS];  /* window sizes seen (log2 buckets) */
+	int ram_prefault;		       /* enum cache_prefault_state */
+	uint64_t ram_faulted_bytes;	       /* of the RAM tier, by ram_prefault */
 	/* Disk tier (all 0 when there is none): see struct cache_disk_stats. */
 	int disk_state; /* 0 off, 1 on, 2 full (ENOSPC: RAM only now) */
 	uint64_t disk_slots, disk_slots_used, disk_bytes_limit, disk_bytes_used;

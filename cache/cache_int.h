@@ -96,7 +96,9 @@ struct cache {
 
 	pthread_t prefault; /* ram_prefault: faults the region in, then ends */
 	bool prefault_started;
-	atomic_bool prefault_stop; /* cache_free(): stop early */
+	atomic_bool prefault_stop;	     /* cache_free(): stop early */
+	atomic_int prefault_state;	     /* CACHE_PREFAULT_*, for stats */
+	atomic_uint_fast64_t prefault_bytes; /* faulted in so far */
 	pthread_t *threads;
 	unsigned nthreads;
 

@@ -19,6 +19,7 @@
 #include "metrics.h"
 
 #include <errno.h>
+#include <inttypes.h>
 #include <microhttpd.h>
 #include <stdatomic.h>
 #include <netdb.h>
@@ -86,6 +87,9 @@ static void render_tiers(FILE *fp, const struct cache_stats *st)
 		 st->evictions, st->disk_evictions);
 	per_tier(fp, st, "cache_capacity_bytes", "gauge", "Size of a cache tier.",
 		 st->slots * st->block_size, st->disk_bytes_limit);
+	head(fp, "cache_ram_faulted_bytes", "gauge",
+	     "RAM-tier bytes faulted in by ram_prefault (its memory is committed).");
+	fprintf(fp, "mcfs_cache_ram_faulted_bytes %" PRIu64 "\n", st->ram_faulted_bytes);
 	per_tier(fp, st, "cache_used_bytes", "gauge",
 		 "Bytes of a cache tier holding blocks (whole slots).",
 		 st->slots_used * st->block_size, st->disk_bytes_used);

@@ -12,7 +12,7 @@ import urllib.request
 
 import pytest
 
-from conftest import force_unmount, mcfs_mount, need_root, run_mcfs
+from conftest import force_unmount, mcfs_mount, need_root, run_mcfs, wait_for
 
 prom_parser = pytest.importorskip("prometheus_client.parser",
                                   reason="prometheus-client (pip) parses the exposition")
@@ -119,6 +119,9 @@ def test_cold_then_warm_read(tmp):
         assert before.get("mcfs_cache_block_size_bytes") == 8 * MiB
         assert before.get("mcfs_cache_capacity_bytes", tier="ram") == 256 * MiB
         assert before.get("mcfs_uptime_seconds") >= 0
+        # ram_prefault (default): the gauge climbs to the whole tier
+        assert wait_for(lambda: Metrics(scrape(port)).get("mcfs_cache_ram_faulted_bytes")
+                        == 256 * MiB, 20), scrape(port)
         assert before.types["mcfs_fetch_duration_seconds"] == "histogram"
         assert before.types["mcfs_cache_hits"] == "counter"
 

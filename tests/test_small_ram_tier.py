@@ -96,9 +96,13 @@ def test_ram_tier_prefault(tmp, prefault):
         if prefault:
             assert wait_for(lambda: "RAM tier: 192.0 MiB faulted in" in m.log(), 20), m.log()
             assert rss_kb() >= 192 * 1024
+            st = m.stats()
+            assert (st["ram_prefault"], st["ram_faulted_bytes"]) == (2, 192 * MiB), st
         else:
             time.sleep(1)
             assert "faulted in" not in m.log()
+            st = m.stats()
+            assert (st["ram_prefault"], st["ram_faulted_bytes"]) == (0, 0), st
             if not sanitized(m.proc.pid):
                 assert rss_kb() < 128 * 1024, rss_kb()
         assert open(m.p("p.bin"), "rb").read() == data

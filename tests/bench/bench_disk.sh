@@ -36,7 +36,14 @@ mount_fg() {
 	"$MCFS" mount "$work/src" "$mnt" -f -o "cache_dir=$cache,disk_cache=$((size + 1024))M$1" \
 		>>"$work/log" 2>&1 &
 	pid=$!
-	for _ in $(seq 200); do mountpoint -q "$mnt" && return 0; sleep 0.05; done
+	for _ in $(seq 200); do
+		if mountpoint -q "$mnt"; then
+			# time reads, not the RAM tier's prefault after mounting
+			while [ "$(stat_of ram_prefault)" = 1 ]; do sleep 0.05; done
+			return 0
+		fi
+		sleep 0.05
+	done
 	echo "mount failed:"; cat "$work/log"; exit 1
 }
 umount_fg() { "$MCFS" umount "$mnt"; wait "$pid"; pid=; }
