@@ -47,7 +47,7 @@ mount_fg() {
 	echo "mount failed:"; cat "$work/log"; exit 1
 }
 umount_fg() { "$MCFS" umount "$mnt"; wait "$pid"; pid=; }
-stat_of() { getfattr --only-values -n user.mcfs.stats "$mnt" | awk -v k="$1" '$1 == k { print $2 }'; }
+stat_of() { getfattr --absolute-names --only-values -n user.mcfs.stats "$mnt" | awk -v k="$1" '$1 == k { print $2 }'; }
 
 f=$work/src/model.bin
 dd if=/dev/urandom of="$f" bs=1M count="$size" status=none

@@ -31,7 +31,7 @@ ddrate() { dd if="$1" of=/dev/null bs=1M "${@:2}" 2>&1 | awk '/copied/ { for (i 
 # mcfs faults its RAM tier in after mounting (ram_prefault), as a node would
 # long before its first read: time reads, not that
 prefaulted() {
-	while [ "$(getfattr --only-values -n user.mcfs.stats "$mnt" | awk '$1 == "ram_prefault" { print $2 }')" = 1 ]; do
+	while [ "$(getfattr --absolute-names --only-values -n user.mcfs.stats "$mnt" | awk '$1 == "ram_prefault" { print $2 }')" = 1 ]; do
 		sleep 0.05
 	done
 }
