@@ -52,6 +52,7 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
 from servers import SWIFT_KEY, SWIFT_SECRET, Nginx, Swift  # noqa: E402
+from bench_remote import curl_args, parallel_ranges, stats as mcfs_stats  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(HERE))
 MCFS = os.environ.get("MCFS_BIN", os.path.join(ROOT, "build", "fs", "mcfs"))
@@ -266,11 +267,6 @@ class FuseMount:
         self.stop()
 
 
-def mcfs_stats(mnt):
-    raw = os.getxattr(mnt, "user.mcfs.stats").decode()
-    return {k: int(v) for k, v in (ln.split() for ln in raw.splitlines() if ln.strip())}
-
-
 class System:
     """A client under test: how to mount it fresh and empty."""
 
@@ -382,24 +378,6 @@ WL = {  # key: (row label, function, unit, server-side files it reads)
 
 # ---- limits: the raw server ---------------------------------------------------
 
-def s3_curl_args(netrc):
-    return ["--netrc-file", netrc, "--aws-sigv4", "aws:amz:us-east-1:s3",
-            "-H", "x-amz-content-sha256: UNSIGNED-PAYLOAD"]
-
-
-def curl_parallel_ranges(url, size, extra, n=8):
-    part = size // n
-    t = time.perf_counter()
-    ps = []
-    for i in range(n):
-        end = size - 1 if i == n - 1 else (i + 1) * part - 1
-        ps.append(subprocess.Popen(["curl", "-sf", "-o", "/dev/null", "-r",
-                                    "%d-%d" % (i * part, end), *extra, url]))
-    if any(p.wait() for p in ps):
-        raise RuntimeError("curl failed: " + url)
-    return size / MiB / (time.perf_counter() - t)
-
-
 def curl_files(urls, total, extra):
     t = time.perf_counter()
     ps = [subprocess.Popen(["curl", "-sf", "-o", "/dev/null", *extra, u]) for u in urls]
@@ -426,7 +404,7 @@ def curl_random(url, size, extra, work):
 
 
 def curl_cfg_extra(extra):
-    """s3_curl_args() in curl config-file syntax."""
+    """curl_args() in curl config-file syntax."""
     names = {"-H": "header"}
     return ['%s = "%s"' % (names.get(extra[i], extra[i].lstrip("-")), extra[i + 1])
             for i in range(0, len(extra), 2)]
@@ -543,7 +521,7 @@ def main():
                                                       os.path.join(work, "s3fs-cache"))],
                    env=s3env, cache=os.path.join(work, "s3fs-cache")),
         ]
-        sx = s3_curl_args(netrc)
+        sx = curl_args(True, netrc)
         model_size = os.path.getsize(os.path.join(data, MODEL))
 
         for run in range(RUNS):
@@ -565,7 +543,7 @@ def main():
                     warm_files(copies)
                     pretouch()
                     if wl == "seq":
-                        v = curl_parallel_ranges(url + "/" + MODEL, model_size, extra)
+                        v = parallel_ranges(url + "/" + MODEL, model_size, extra)
                     elif wl == "par4":
                         v = curl_files([url + "/" + p for p in PAR], 4 * PAR_MIB * MiB, extra)
                     else:

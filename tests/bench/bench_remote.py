@@ -28,9 +28,9 @@ MCFS = os.environ.get("MCFS_BIN", os.path.join(ROOT, "build", "fs", "mcfs"))
 MiB = 1 << 20
 
 
-def pretouch():
-    subprocess.run("dd if=/dev/zero of=/dev/shm/mcfs-pretouch bs=1M count=3072 status=none;"
-                   "rm -f /dev/shm/mcfs-pretouch", shell=True, check=True)
+def pretouch(mib=3072):
+    subprocess.run("dd if=/dev/zero of=/dev/shm/mcfs-pretouch bs=1M count=%d status=none;"
+                   "rm -f /dev/shm/mcfs-pretouch" % mib, shell=True, check=True)
 
 
 def warm(path):
@@ -86,6 +86,9 @@ def mcfs_read(source, name, size, mnt, opts, env):
         # time reads, not the RAM tier's prefault after mounting (ram_prefault)
         while stats(mnt).get("ram_prefault") == 1:
             time.sleep(0.05)
+        # then touch and free what the read's page cache will use (the prefault took
+        # memory of its own)
+        pretouch(max(3072, size // MiB + 1024))
         t = time.perf_counter()
         subprocess.run(["dd", "if=" + os.path.join(mnt, name), "of=/dev/null", "bs=1M",
                         "status=none"], check=True)
@@ -148,7 +151,6 @@ def main():
                 r["get"].append(one_get(url, size, extra))
                 pretouch()
                 r["par"].append(parallel_ranges(url, size, extra))
-                pretouch()
                 r["mcfs"].append(mcfs_read(source, "model.bin", size,
                                            os.path.join(work, "mnt"), opts, env))
             print("run %d/%d done" % (i + 1, runs), file=sys.stderr)

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Sequential read of a 2 GiB file: `dd bs=1M` through mcfs (posix store) beside
 # dd of the same file read directly, all in one run, median of RUNS runs.
-# Follows ../shared/notes/benchmarking.md: RAM pretouched before each timed
+# Follows ../shared/notes/benchmarking.md: RAM pretouched right before each timed
 # run, caches dropped where a run must be cold, medians, one table.
 #   tests/bench/bench_seq.sh [SIZE_MiB=2048] [RUNS=5]
 # mcfs runs RAM only (-o cache_dir=): each mount starts cold, with no disk tier.
@@ -24,7 +24,10 @@ f=$work/src/model.bin
 dd if=/dev/urandom of="$f" bs=1M count="$size" status=none
 sync
 
-pretouch() { dd if=/dev/zero of=/dev/shm/mcfs-pretouch bs=1M count=3072 status=none; rm -f /dev/shm/mcfs-pretouch; }
+# Touch and free as much RAM as the timed read will newly use (its page cache),
+# right before it: after a mount's prefault, which takes memory of its own.
+pt_mib=$((size + 1024 > 3072 ? size + 1024 : 3072))
+pretouch() { dd if=/dev/zero of=/dev/shm/mcfs-pretouch bs=1M count=$pt_mib status=none; rm -f /dev/shm/mcfs-pretouch; }
 drop() { sync; echo 3 > /proc/sys/vm/drop_caches; }
 # MB/s of one dd, from dd's own byte count and time
 ddrate() { dd if="$1" of=/dev/null bs=1M "${@:2}" 2>&1 | awk '/copied/ { for (i = 1; i <= NF; i++) if ($i == "s,") t = $(i-1); printf "%.0f\n", $1 / t / 1e6 }'; }
@@ -45,16 +48,16 @@ for i in $(seq "$runs"); do
 	r[direct_warm]+="$(ddrate "$f") "
 
 	# first read through a fresh mount, store file cold on disk
-	drop; pretouch
+	drop
 	"$MCFS" mount "$work/src" "$mnt" -o cache_dir=
-	prefaulted
+	prefaulted; pretouch
 	r[mcfs_first_cold]+="$(ddrate "$mnt/model.bin") "
 	"$MCFS" umount "$mnt"
 
 	# first read through a fresh mount, store file in page cache (FUSE + cache path only)
-	cat "$f" > /dev/null; pretouch
+	cat "$f" > /dev/null
 	"$MCFS" mount "$work/src" "$mnt" -o cache_dir=
-	prefaulted
+	prefaulted; pretouch
 	r[mcfs_first_warm]+="$(ddrate "$mnt/model.bin") "
 	pretouch
 	r[mcfs_reread]+="$(ddrate "$mnt/model.bin") "
