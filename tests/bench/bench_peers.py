@@ -67,7 +67,9 @@ SMALL_N = int(os.environ.get("SMALL_N", "2000"))
 # everything else is mcfs's default.
 MCFS_OPTS = ["ram_cache=%dM" % (MODEL_MIB + 1024), "cache_dir="] + [
     o for o in os.environ.get("MCFS_OPTS", "").split(",") if o]
-PRETOUCH_MIB = int(os.environ.get("PRETOUCH_MIB", "3072"))
+# RAM touched and freed right before each timed step: at least what the step's
+# page cache will take (the model), so no reader pays this VM's slow first touch
+PRETOUCH_MIB = int(os.environ.get("PRETOUCH_MIB", str(max(3072, MODEL_MIB + 1024))))
 WORKLOADS = os.environ.get("WORKLOADS", "seq,par4,rand,st,ls,prefetch").split(",")
 BUCKET = "bench"
 MODEL = "model.safetensors"
