@@ -85,7 +85,7 @@ int cache_store_dir_name(const struct cfg *cfg, const char *kind, char *out, siz
 {
 	char src[CFG_STR_MAX], ep[CFG_STR_MAX], slug[SLUG_MAX + 1];
 	char id[sizeof(src) + sizeof(ep) + sizeof(cfg->region) + 2];
-	const char *s = cfg->source, *sep;
+	const char *s = cfg->source_shown, *sep; /* credentials are no part of a store's identity */
 	size_t n = 0;
 	int len;
 

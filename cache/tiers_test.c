@@ -23,7 +23,7 @@ static const char *name_of(const char *kind, const char *source, const char *end
 	struct cfg c;
 
 	cfg_init(&c);
-	snprintf(c.source, sizeof(c.source), "%s", source);
+	cfg_set_source(&c, source);
 	snprintf(c.endpoint, sizeof(c.endpoint), "%s", endpoint);
 	snprintf(c.region, sizeof(c.region), "%s", region);
 	if (cache_store_dir_name(&c, kind, out, NAME_MAX_LEN) < 0)
@@ -45,6 +45,11 @@ static void test_one_store_one_name(void)
 		name_of("posix", spellings[i], "", "us-east-1", b);
 		CHECK(strcmp(a, b) == 0, "'%s' names %s, not %s", spellings[i], b, a);
 	}
+	/* credentials in a URL are no part of the name (nor its identity) */
+	name_of("http", "http://127.0.0.1:8080/models", "", "us-east-1", a);
+	name_of("http", "http://user:s3cr3t@127.0.0.1:8080/models", "", "us-east-1", b);
+	CHECK(strcmp(a, b) == 0 && !strstr(b, "s3cr3t"), "'%s' vs '%s'", a, b);
+	name_of("posix", "/srv/models", "", "us-east-1", a);
 	/* endpoint and region mean nothing to a directory */
 	name_of("posix", "/srv/models", "http://127.0.0.1:9000", "eu-west-1", b);
 	CHECK(strcmp(a, b) == 0, "posix name depends on endpoint/region: %s %s", a, b);
@@ -105,7 +110,7 @@ static void test_stable_and_bounded(void)
 	name_of("posix", "/srv/models", "", "us-east-1", a);
 	CHECK(strcmp(a, "posix-srv_models-042b49f2a09f63f0") == 0, "name '%s' changed", a);
 	cfg_init(&c);
-	snprintf(c.source, sizeof(c.source), "/srv/models");
+	cfg_set_source(&c, "/srv/models");
 	CHECK(cache_store_dir_name(&c, "posix", small, sizeof(small)) == -ENAMETOOLONG,
 	      "a short buffer is not refused");
 }

@@ -68,6 +68,20 @@ unsigned long long mcfs_now_ns(void)
 	return (unsigned long long)ts.tv_sec * 1000000000ull + (unsigned long long)ts.tv_nsec;
 }
 
+void mcfs_url_redact(const char *url, char *out, unsigned long outlen)
+{
+	const char *scheme = strstr(url, "://");
+	const char *host = scheme ? scheme + 3 : url;
+	const char *end = host + strcspn(host, "/?#");
+	const char *at = memchr(host, '@', (size_t)(end - host));
+
+	if (!scheme || !at) {
+		snprintf(out, outlen, "%s", url);
+		return;
+	}
+	snprintf(out, outlen, "%.*s%s", (int)(host - url), url, at + 1);
+}
+
 const char *mcfs_fmt_bytes(unsigned long long bytes, char *buf, unsigned long len)
 {
 	static const char *const units[] = {"B", "KiB", "MiB", "GiB", "TiB"};

@@ -63,6 +63,13 @@ void mcfs_log(int level, const char *fmt, ...) __attribute__((format(printf, 2, 
 /* Monotonic clock in nanoseconds. */
 unsigned long long mcfs_now_ns(void);
 
+/*
+ * Copies @url into @out (truncated to @outlen) with any "user:pass@" removed:
+ * what log lines, the mount's fsname and cache names show of a source. A
+ * plain path comes back unchanged. Can't fail.
+ */
+void mcfs_url_redact(const char *url, char *out, unsigned long outlen);
+
 /* "12.5 MiB"-style rendering of a byte count into buf; returns buf. */
 const char *mcfs_fmt_bytes(unsigned long long bytes, char *buf, unsigned long len);
 

@@ -189,6 +189,12 @@ void cfg_init(struct cfg *c)
 	c->log_level = MCFS_LOG_INFO;
 }
 
+void cfg_set_source(struct cfg *c, const char *source)
+{
+	snprintf(c->source, sizeof(c->source), "%s", source);
+	mcfs_url_redact(c->source, c->source_shown, sizeof(c->source_shown));
+}
+
 int cfg_parse_size(const char *s, uint64_t *out)
 {
 	static const struct {

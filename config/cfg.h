@@ -24,10 +24,11 @@
 
 struct cfg {
 	/* Set from the command line, not keys. */
-	char source[CFG_STR_MAX];     /* store URL or directory, as given */
-	char mountpoint[CFG_STR_MAX]; /* absolute path once validated */
-	bool foreground;	      /* -f: stay in the foreground, log to stderr */
-	bool fuse_debug;	      /* -d: libfuse's request trace */
+	char source[CFG_STR_MAX];	/* store URL or directory, as given */
+	char source_shown[CFG_STR_MAX]; /* less any user:pass@: logs, fsname, cache names */
+	char mountpoint[CFG_STR_MAX];	/* absolute path once validated */
+	bool foreground;		/* -f: stay in the foreground, log to stderr */
+	bool fuse_debug;		/* -d: libfuse's request trace */
 
 	/* Block cache. */
 	uint64_t block_size;	/* bytes, power of two, 1..64 MiB: unit fetched and cached */
@@ -77,6 +78,9 @@ struct cfg {
 
 /* Fills @c with the defaults. Can't fail. */
 void cfg_init(struct cfg *c);
+
+/* Sets c->source to @source (truncated) and c->source_shown to it less any user:pass@. */
+void cfg_set_source(struct cfg *c, const char *source);
 
 /*
  * Sets one key from its text form. Returns 0, or -EINVAL with a message in

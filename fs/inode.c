@@ -462,6 +462,21 @@ static int open_file(struct fs_session *s, fuse_ino_t ino, struct cache_file **f
 	n = fresh_node(s, ino, &rc);
 	if (!n)
 		return rc;
+	if (n->exists && S_ISREG(n->attr.mode) && n->attr.version[0] == '\0') {
+		/* A listing gave no version (an http manifest): reads must carry the
+		 * store's own validator, so ask the store before the first read. */
+		snprintf(path, sizeof(path), "%s", n->path);
+		pthread_mutex_unlock(&s->inodes->lock);
+		rc = refresh(s, path);
+		if (rc < 0)
+			return rc;
+		pthread_mutex_lock(&s->inodes->lock);
+		n = by_ino(s->inodes, ino);
+		if (!n) {
+			pthread_mutex_unlock(&s->inodes->lock);
+			return -ENOENT;
+		}
+	}
 	if (!n->exists)
 		rc = -ENOENT;
 	else if (S_ISDIR(n->attr.mode))

@@ -101,7 +101,7 @@ static int parse_mount_args(int argc, char **argv, struct cfg *cfg)
 		usage(stderr);
 		return EXIT_USAGE;
 	}
-	snprintf(cfg->source, sizeof(cfg->source), "%s", argv[optind]);
+	cfg_set_source(cfg, argv[optind]);
 	snprintf(cfg->mountpoint, sizeof(cfg->mountpoint), "%s", argv[optind + 1]);
 	/* Defaults, then the file, then -o: in that order whatever the command line's. */
 	if (cfgfile && (rc = cfg_load_file(cfg, cfgfile, err, sizeof(err))) < 0) {
@@ -130,7 +130,7 @@ static int fuse_args_for(const struct cfg *cfg, struct fuse_args *args)
 	if (fuse_opt_add_arg(args, "mcfs") < 0)
 		return -ENOMEM;
 	/* fsname is itself a mount option: it may not hold ',' or '\\'. */
-	snprintf(name, sizeof(name), "%s", cfg->source);
+	snprintf(name, sizeof(name), "%s", cfg->source_shown);
 	for (p = name; *p; p++)
 		if (*p == ',' || *p == '\\')
 			*p = '_';
@@ -344,7 +344,7 @@ static void *ready_thread(void *arg)
 		return NULL;
 	}
 	fs_mount_set_readahead(s->cfg.mountpoint, s->cfg.read_ahead_kb);
-	MCFS_INFO("mounted %s on %s (%s store, block %s, RAM tier %llu slots)", s->cfg.source,
+	MCFS_INFO("mounted %s on %s (%s store, block %s, RAM tier %llu slots)", s->cfg.source_shown,
 		  s->cfg.mountpoint, remote_kind(s->remote),
 		  mcfs_fmt_bytes(s->cfg.block_size, b, sizeof(b)),
 		  (unsigned long long)(s->cfg.ram_cache / s->cfg.block_size));
@@ -468,7 +468,7 @@ static int cmd_mount(int argc, char **argv)
 				strerror(errno));
 			return 1;
 		}
-		snprintf(sess.cfg.source, sizeof(sess.cfg.source), "%s", real);
+		cfg_set_source(&sess.cfg, real);
 		free(real);
 	}
 	if (sess.cfg.foreground)

@@ -113,12 +113,19 @@ def mcfs_mount(source, mountpoint, opts=(), extra_args=(), env=None, timeout=20,
     mnt = None
     try:
         deadline = time.time() + timeout
-        while not fuse_mounted(mountpoint):
+        # Ready means the daemon's own check (a stat of the mount point) is
+        # done and logged: until then an unmount can find the mount busy.
+        # With a log level above info only the mount itself can be waited for.
+        quiet = any(o.startswith("log_level=") and o not in ("log_level=info", "log_level=debug")
+                    for o in opts)
+        ready_line = "on %s (" % os.path.abspath(mountpoint)
+        while not (fuse_mounted(mountpoint) and
+                   (quiet or ready_line in open(logpath, errors="replace").read())):
             if proc.poll() is not None:
                 raise RuntimeError("mcfs exited with %d before mounting:\n%s"
                                    % (proc.returncode, open(logpath).read()))
             if time.time() > deadline:
-                raise RuntimeError("mount did not appear in %ds:\n%s"
+                raise RuntimeError("mount did not get ready in %ds:\n%s"
                                    % (timeout, open(logpath).read()))
             time.sleep(0.02)
         mnt = Mount(proc, mountpoint, logpath)

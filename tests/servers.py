@@ -56,8 +56,9 @@ def have_swift():
 class Nginx:
     """nginx serving `root` with Range, keep-alive and a JSON autoindex."""
 
-    def __init__(self, root, workdir=None, port=None, autoindex=True, access_log=None):
+    def __init__(self, root, workdir=None, port=None, autoindex=True, access_log=None, extra=""):
         self.root = os.path.abspath(root)
+        self.extra = extra  # more directives for the server block (e.g. "etag off;")
         self.access_log = access_log  # a path: log every request there (counted by tests)
         self.dir = workdir or (self.root.rstrip("/") + "-nginx")
         self.port = port or free_port()
@@ -92,9 +93,10 @@ http {
         listen 127.0.0.1:%(p)d;
         root %(r)s;
         %(ai)s
+        %(extra)s
     }
 }
-""" % {"d": self.dir, "p": self.port, "r": self.root, "ai": ai, "user": user,
+""" % {"d": self.dir, "p": self.port, "r": self.root, "ai": ai, "user": user, "extra": self.extra,
        "log": self.access_log or "off"})
         nginx = shutil.which("nginx") or "/usr/sbin/nginx"
         subprocess.run([nginx, "-c", conf, "-p", self.dir + "/"], check=True,

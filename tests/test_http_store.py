@@ -27,32 +27,12 @@ OPTS = ["block_size=1M", "ram_cache=64M", "retries=3", "connect_timeout=2", "tim
 
 
 def write_manifest(root):
-    """The manifest through mcfs itself when it has the command, else by hand."""
+    """The manifest, written by `mcfs manifest ROOT` as a user would."""
     out = os.path.join(root, ".mcfs-manifest.json")
     r = subprocess.run([MCFS, "manifest", root], capture_output=True)
-    if r.returncode == 0 and r.stdout.startswith(b"{"):
-        with open(out, "wb") as f:
-            f.write(r.stdout)
-        return
-    entries = []
-    for dp, dns, fns in os.walk(root):
-        for n in dns + fns:
-            p = os.path.join(dp, n)
-            rel = os.path.relpath(p, root)
-            if n == ".mcfs-manifest.json":
-                continue
-            st = os.lstat(p)
-            e = {"path": rel, "mtime": int(st.st_mtime), "mtime_nsec": st.st_mtime_ns % 10**9}
-            if os.path.islink(p):
-                e.update(type="symlink", target=os.readlink(p))
-            elif os.path.isdir(p):
-                e["type"] = "dir"
-            else:
-                e.update(type="file", size=st.st_size,
-                         etag='"%x-%x"' % (int(st.st_mtime), st.st_size))
-            entries.append(e)
-    with open(out, "w") as f:
-        json.dump({"format": "mcfs-manifest", "version": 1, "entries": entries}, f)
+    assert r.returncode == 0 and r.stdout.startswith(b"{"), r.stderr
+    with open(out, "wb") as f:
+        f.write(r.stdout)
 
 
 @pytest.fixture
@@ -91,6 +71,46 @@ def test_bytes_and_listing(store, tmp_path, listing):
         rc.check_mmap(m.p("block-plus-1.bin"), files["block-plus-1.bin"])
         with pytest.raises(FileNotFoundError):
             os.stat(m.p("no-such-file"))
+
+
+def test_manifest_on_a_server_with_its_own_validators(tmp_path):
+    """A manifest store served by a server whose ETags mcfs cannot guess (here
+    nginx with `etag off`, as a CDN or mirror computes its own): after `ls -l`
+    has listed every file from the manifest, reads still carry the server's own
+    validator (a HEAD at open), so bytes come back, not EIO."""
+    need_root()
+    root = tmp_path / "data"
+    (root / "sub").mkdir(parents=True)
+    files = {"a.bin": rc.data_for("a", 3 * rc.BLOCK + 77), "sub/b.bin": rc.data_for("b", 5000)}
+    for name, data in files.items():
+        (root / name).write_bytes(data)
+    later = rc.data_for("c", 16 * rc.BLOCK)  # read only after it is replaced
+    (root / "c.bin").write_bytes(later)
+    write_manifest(str(root))
+    man = (root / ".mcfs-manifest.json").read_text()
+    assert '"etag"' not in man, "the manifest guesses a validator: " + man[:300]
+    with Nginx(str(root), workdir=str(tmp_path / "nginx"), extra="etag off;") as ng:
+        with mcfs_mount(ng.url, str(tmp_path / "mnt"), opts=OPTS + ["readahead_max=0"]) as m:
+            r = subprocess.run(["ls", "-lR", m.path], capture_output=True, text=True)
+            assert r.returncode == 0 and "b.bin" in r.stdout, r.stderr
+            rc.check_whole_files(m.path, files)
+            rc.check_random_ranges(m.p("a.bin"), files["a.bin"])
+            assert "changed on the server" not in m.log(), m.log()
+            # the validator is really there: a file replaced mid-read is EIO,
+            # never old and new bytes mixed
+            r = subprocess.run(["ls", "-l", m.path], capture_output=True)
+            assert r.returncode == 0
+            fd = os.open(m.p("c.bin"), os.O_RDONLY)
+            try:
+                assert os.pread(fd, 4096, 0) == later[:4096]
+                (root / "c.bin").write_bytes(bytes(b ^ 0xFF for b in later))
+                st = os.stat(root / "c.bin")
+                os.utime(root / "c.bin", (st.st_atime, st.st_mtime + 10))
+                with pytest.raises(OSError) as ei:
+                    os.pread(fd, 4096, 14 * rc.BLOCK)
+                assert ei.value.errno == errno.EIO
+            finally:
+                os.close(fd)
 
 
 def test_listing_over_1000(store, tmp_path):
@@ -221,3 +241,22 @@ def test_listing_keeps_cached_blocks_autoindex(store, tmp_path):
             os.close(fd)
         s1 = m.stats()
         assert s1["store_reads"] == s0["store_reads"], (s0, s1)
+
+
+def test_password_in_url_is_never_shown(store, tmp_path):
+    """http://user:password@host/: libcurl sends the credentials, but the
+    password appears in no log line, not in /proc/mounts (world-readable) and
+    not in the cache directory's name."""
+    root, files, ng = store
+    secret = "pw-Zq81xkT"
+    url = ng.url.replace("http://", "http://reader:%s@" % secret)
+    cache = tmp_path / "cache"
+    with mcfs_mount(url, str(tmp_path / "mnt"), opts=OPTS + ["cache_dir=%s" % cache,
+                                                            "log_level=debug"]) as m:
+        rc.check_whole_files(m.path, {"multi.bin": files["multi.bin"]})
+        mounts = open("/proc/mounts").read()
+        assert m.path in mounts and secret not in mounts, mounts
+        names = os.listdir(cache)
+        log = m.log()
+    assert names and not any(secret in n for n in names), names
+    assert "127.0.0.1" in log and secret not in log, log

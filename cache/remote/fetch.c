@@ -256,20 +256,6 @@ void remote_copy(char *dst, size_t dstlen, const char *src)
 	dst[n] = '\0';
 }
 
-void remote_url_redact(const char *url, char *out, size_t outlen)
-{
-	const char *scheme = strstr(url, "://");
-	const char *host = scheme ? scheme + 3 : url;
-	const char *end = host + strcspn(host, "/?#");
-	const char *at = memchr(host, '@', (size_t)(end - host));
-
-	if (!at) {
-		snprintf(out, outlen, "%s", url);
-		return;
-	}
-	snprintf(out, outlen, "%.*s%s", (int)(host - url), url, at + 1);
-}
-
 bool remote_retryable(int curl_code, long status)
 {
 	switch ((CURLcode)curl_code) {
@@ -631,7 +617,7 @@ int remote_fetch_do(struct remote_fetch *f, const struct remote_req *req, struct
 
 	if (!seed)
 		seed = (unsigned)mcfs_now_ns() ^ (unsigned)(uintptr_t)&x;
-	remote_url_redact(req->what ? req->what : req->url, what, sizeof(what));
+	mcfs_url_redact(req->what ? req->what : req->url, what, sizeof(what));
 	memset(resp, 0, sizeof(*resp));
 	reset_resp(resp);
 	x.cap = req->len ? ERROR_BODY_MAX : MCFS_MAX(req->max_body, (size_t)ERROR_BODY_MAX);

@@ -118,9 +118,6 @@ MCFS_MUST_CHECK int remote_query_build(const char *const *kv, size_t n, char *ou
 /* Copies a string, truncating to fit (listing fields, log text). Can't fail. */
 void remote_copy(char *dst, size_t dstlen, const char *src);
 
-/* Copies url into out with any "user:pass@" removed, for log lines. */
-void remote_url_redact(const char *url, char *out, size_t outlen);
-
 /* Does this failure deserve another attempt? (CURLcode as int, HTTP status.) */
 bool remote_retryable(int curl_code, long status);
 

@@ -116,7 +116,7 @@ static int http_open(struct remote *r)
 	n = strlen(h->base);
 	while (n > 0 && h->base[n - 1] == '/')
 		h->base[--n] = '\0';
-	remote_url_redact(h->base, h->shown, sizeof(h->shown));
+	mcfs_url_redact(h->base, h->shown, sizeof(h->shown));
 	pthread_rwlock_init(&h->lock, NULL);
 	rc = remote_fetch_new(r, &h->fetch);
 	if (rc < 0)

@@ -44,7 +44,6 @@ struct remote_manifest {
 static int add_json(cJSON *arr, const char *rel, const struct stat *st, const char *target)
 {
 	cJSON *o = cJSON_CreateObject();
-	char etag[64];
 
 	if (!o)
 		return -ENOMEM;
@@ -58,10 +57,6 @@ static int add_json(cJSON *arr, const char *rel, const struct stat *st, const ch
 	} else {
 		cJSON_AddStringToObject(o, "type", "file");
 		cJSON_AddNumberToObject(o, "size", (double)st->st_size);
-		/* what nginx sends: "%xT-%xO" of mtime seconds and size */
-		snprintf(etag, sizeof(etag), "\"%llx-%llx\"",
-			 (unsigned long long)st->st_mtim.tv_sec, (unsigned long long)st->st_size);
-		cJSON_AddStringToObject(o, "etag", etag);
 	}
 	cJSON_AddNumberToObject(o, "mtime", (double)st->st_mtim.tv_sec);
 	cJSON_AddNumberToObject(o, "mtime_nsec", (double)st->st_mtim.tv_nsec);
@@ -234,7 +229,7 @@ static const char *str(const cJSON *o, const char *k)
 
 static int parse_entry(struct remote_manifest *m, const cJSON *o)
 {
-	const char *path = str(o, "path"), *type = str(o, "type"), *etag = str(o, "etag");
+	const char *path = str(o, "path"), *type = str(o, "type");
 	const char *target = str(o, "target");
 	struct remote_attr a;
 
@@ -254,8 +249,8 @@ static int parse_entry(struct remote_manifest *m, const cJSON *o)
 	} else if (strcmp(type, "file") == 0) {
 		a.mode = S_IFREG | 0444;
 		a.size = (uint64_t)num(o, "size");
-		if (etag)
-			snprintf(a.version, sizeof(a.version), "%s", etag);
+		/* no version: the server's own validator comes from a HEAD at open
+		 * (an "etag" key, as older mcfs wrote, guessed nginx's and is ignored) */
 	} else {
 		return 0;
 	}

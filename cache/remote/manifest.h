@@ -9,13 +9,14 @@
  *   {"format": "mcfs-manifest", "version": 1, "entries": [
  *     {"path": "sub", "type": "dir", "mtime": 1700000000, "mtime_nsec": 0},
  *     {"path": "sub/a.bin", "type": "file", "size": 123, "mtime": 1700000000,
- *      "mtime_nsec": 5, "etag": "\"6555e200-7b\""},
+ *      "mtime_nsec": 5},
  *     {"path": "link", "type": "symlink", "target": "sub/a.bin"}]}
  *
- * Paths are relative, '/'-separated. "etag" is the ETag nginx sends for that
- * file ("hex(mtime)-hex(size)", quoted); it is a listing hint only: the http
- * backend HEADs a file before it is opened and uses the server's own ETag.
- * The manifest file itself is not listed.
+ * Paths are relative, '/'-separated. A file's entry has no version: the
+ * validator that reads carry (If-Match) must be the server's own, which a CDN
+ * or mirror computes its own way, so the http backend HEADs a file when it is
+ * opened (fs/ stats any file a listing gave no version). An "etag" key, as
+ * older manifests have, is ignored. The manifest file itself is not listed.
  */
 #ifndef MCFS_MANIFEST_H
 #define MCFS_MANIFEST_H

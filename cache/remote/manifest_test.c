@@ -44,7 +44,7 @@ static void test_parse(void)
 	CHECK(remote_manifest_stat(m, "a/b/c.bin", &a, NULL) == 0);
 	CHECK(S_ISREG(a.mode) && a.size == 5000000000ULL);
 	CHECK(a.mtime_ns == 100LL * 1000000000 + 7);
-	CHECK(strcmp(a.version, "\"64-12a05f200\"") == 0);
+	CHECK(a.version[0] == '\0'); /* an "etag" is a guess: ignored */
 	CHECK(remote_manifest_stat(m, "a", &a, NULL) == 0);
 	CHECK(S_ISDIR(a.mode) && a.mtime_ns == 50LL * 1000000000);
 	CHECK(remote_manifest_stat(m, "a/b", &a, NULL) == 0 && S_ISDIR(a.mode));
@@ -110,7 +110,7 @@ static void test_roundtrip(const char *base)
 	if (m) {
 		CHECK(remote_manifest_count(m) == 3); /* sub, sub/w.bin, link; not itself */
 		CHECK(remote_manifest_stat(m, "sub/w.bin", &a, NULL) == 0 && a.size == 5);
-		CHECK(a.version[0] == '"');
+		CHECK(a.version[0] == '\0' && a.mtime_ns != 0);
 		CHECK(remote_manifest_stat(m, "link", &a, NULL) == 0 && S_ISLNK(a.mode));
 		CHECK(remote_manifest_list(m, "sub", &e, &n) == 0 && n == 1);
 		free(e);

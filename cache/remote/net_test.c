@@ -106,9 +106,9 @@ static void test_dates_and_redact(void)
 	CHECK(remote_parse_iso8601("2023-11-22T10:00:00.25Z", &ns) == 0);
 	CHECK(ns == 1700647200LL * 1000000000 + 250000000);
 	CHECK(remote_parse_iso8601("yesterday", &ns) == -EINVAL);
-	remote_url_redact("https://user:secret@host:9000/b/k?x=1", out, sizeof(out));
+	mcfs_url_redact("https://user:secret@host:9000/b/k?x=1", out, sizeof(out));
 	CHECK_STR(out, "https://host:9000/b/k?x=1");
-	remote_url_redact("http://host/a@b", out, sizeof(out));
+	mcfs_url_redact("http://host/a@b", out, sizeof(out));
 	CHECK_STR(out, "http://host/a@b");
 }
 

@@ -37,7 +37,7 @@ int remote_open(const struct cfg *cfg, struct remote **out)
 		MCFS_ERR(
 		    "unsupported source '%s' (allowed: /dir, file:///dir, http(s)://host/base, "
 		    "s3://bucket[/prefix])",
-		    cfg->source);
+		    cfg->source_shown);
 		return -EPROTONOSUPPORT;
 	}
 	r = calloc(1, sizeof(*r));
@@ -57,11 +57,11 @@ int remote_open(const struct cfg *cfg, struct remote **out)
 	if (rc < 0 && rc != -ENOTDIR && cfg->offline && cfg->cache_dir[0]) {
 		/* -o offline: mount anyway; metadata comes from cache_dir's LMDB */
 		MCFS_WARN("store %s is not reachable (%s): offline, serving what %s knows",
-			  cfg->source, strerror(-rc), cfg->cache_dir);
+			  cfg->source_shown, strerror(-rc), cfg->cache_dir);
 		rc = 0;
 	}
 	if (rc < 0) {
-		MCFS_ERR("store %s is not usable: %s", cfg->source, strerror(-rc));
+		MCFS_ERR("store %s is not usable: %s", cfg->source_shown, strerror(-rc));
 		remote_close(r);
 		return rc;
 	}
