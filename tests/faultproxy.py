@@ -9,6 +9,7 @@ connection. Faults are armed by the test and hit the next requests:
     p.fail_503 = 3     # answer the next 3 requests with 503 (not forwarded)
     p.drop = 2         # forward the next 2, then cut the connection mid-body (RST)
     p.counts           # {"requests": n, "503": n, "dropped": n}
+    p.request_lines    # the first 1000 request lines, as received
     p.stop()
 
 Responses with a chunked body switch that connection to a plain byte pipe
@@ -57,6 +58,7 @@ class FaultProxy:
         self.lsock.listen(128)
         self.port = self.lsock.getsockname()[1]
         self.url = "http://127.0.0.1:%d" % self.port
+        self.request_lines = []
         self.lock = threading.Lock()
         self.fail_503 = 0
         self.drop = 0
@@ -118,6 +120,8 @@ class FaultProxy:
                     return
                 with self.lock:
                     self.counts["requests"] += 1
+                    if len(self.request_lines) < 1000:
+                        self.request_lines.append(head.split(b"\r\n", 1)[0].decode("latin-1"))
                 if self._take("fail_503"):
                     with self.lock:
                         self.counts["503"] += 1

@@ -56,14 +56,16 @@ def have_swift():
 class Nginx:
     """nginx serving `root` with Range, keep-alive and a JSON autoindex."""
 
-    def __init__(self, root, workdir=None, port=None, autoindex=True, access_log=None, extra=""):
+    def __init__(self, root, workdir=None, port=None, autoindex=True, access_log=None, extra="",
+                 tls=None):
         self.root = os.path.abspath(root)
+        self.tls = tls  # (cert.pem, key.pem): serve https
         self.extra = extra  # more directives for the server block (e.g. "etag off;")
         self.access_log = access_log  # a path: log every request there (counted by tests)
         self.dir = workdir or (self.root.rstrip("/") + "-nginx")
         self.port = port or free_port()
         self.autoindex = autoindex  # True or "json": JSON listings; "html": HTML; False: none
-        self.url = "http://127.0.0.1:%d" % self.port
+        self.url = "%s://127.0.0.1:%d" % ("https" if tls else "http", self.port)
         self.pid = None
 
     def start(self):
@@ -90,13 +92,14 @@ http {
     types { application/json json; }
     default_type application/octet-stream;
     server {
-        listen 127.0.0.1:%(p)d;
+        listen 127.0.0.1:%(p)d%(ssl)s;
         root %(r)s;
         %(ai)s
         %(extra)s
     }
 }
 """ % {"d": self.dir, "p": self.port, "r": self.root, "ai": ai, "user": user, "extra": self.extra,
+       "ssl": (" ssl; ssl_certificate %s; ssl_certificate_key %s" % self.tls) if self.tls else "",
        "log": self.access_log or "off"})
         nginx = shutil.which("nginx") or "/usr/sbin/nginx"
         subprocess.run([nginx, "-c", conf, "-p", self.dir + "/"], check=True,

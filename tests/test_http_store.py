@@ -260,3 +260,40 @@ def test_password_in_url_is_never_shown(store, tmp_path):
         log = m.log()
     assert names and not any(secret in n for n in names), names
     assert "127.0.0.1" in log and secret not in log, log
+
+
+def test_proxy_from_the_environment(store, tmp_path):
+    """http_proxy in the daemon's environment (libcurl's rules: lowercase
+    http_proxy, HTTPS_PROXY/https_proxy, ALL_PROXY, NO_PROXY) sends every
+    request through the proxy, as a P2P distributor's proxy (Dragonfly) would
+    be used; the bytes are the server's."""
+    root, files, ng = store
+    with FaultProxy(ng.port) as p:
+        env = {"http_proxy": p.url, "no_proxy": "", "NO_PROXY": ""}
+        with mcfs_mount(ng.url, str(tmp_path / "mnt"), opts=OPTS, env=env) as m:
+            rc.check_whole_files(m.path, {"multi.bin": files["multi.bin"]})
+        lines = list(p.request_lines)
+    # a proxy gets the absolute URL (RFC 9112 absolute-form)
+    assert any(ln.startswith("GET %s/multi.bin " % ng.url) for ln in lines), lines[:5]
+    assert all(" http://127.0.0.1:%d/" % ng.port in ln for ln in lines), lines[:5]
+
+
+def test_https_verifies_the_certificate(store, tmp_path):
+    """https: a server whose certificate no trusted CA signed fails the mount
+    with a message that says so; ca_file= naming its CA, or tls_verify=false,
+    mounts it and the bytes are the server's."""
+    root, files, ng = store
+    cert, key = str(tmp_path / "cert.pem"), str(tmp_path / "key.pem")
+    r = subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2",
+                        "-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1",
+                        "-keyout", key, "-out", cert], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    with Nginx(str(root), workdir=str(tmp_path / "nginx-tls"), tls=(cert, key)) as tls:
+        assert tls.url.startswith("https://")
+        with pytest.raises(RuntimeError) as ei:
+            with mcfs_mount(tls.url, str(tmp_path / "mnt"), opts=OPTS + ["retries=0"]):
+                pass
+        assert "certificate" in str(ei.value), str(ei.value)
+        for opt in ("ca_file=%s" % cert, "tls_verify=false"):
+            with mcfs_mount(tls.url, str(tmp_path / "mnt"), opts=OPTS + [opt]) as m:
+                rc.check_whole_files(m.path, {"multi.bin": files["multi.bin"]})
