@@ -238,8 +238,9 @@ int cache_disk_read(struct cache_disk *d, const struct cache_meta_key *k, char *
 		d->st.io_errors++;
 	else
 		d->st.csum_errors++;
-	if (rc < 0 && rc != -EIO && rc != -ENOMEM) {
-		/* not about the bytes: keep the block, read from the store this time */
+	if (rc < 0 && rc != -EIO) {
+		/* not about the bytes (e.g. no io_uring for this thread: -ENOMEM):
+		 * keep the block, read from the store this time */
 		if (s->readers == 0)
 			cache_disk_lru_push(d, i);
 		pthread_mutex_unlock(&d->lock);

@@ -62,7 +62,7 @@ static void test_defaults(void)
 	CHECK(c.read_ahead_kb == 8192, "read_ahead_kb %u", c.read_ahead_kb);
 	CHECK(c.keep_cache == true, "keep_cache");
 	CHECK(c.splice == false, "splice");
-	CHECK(c.odirect == false, "odirect");
+	CHECK(c.odirect == true, "odirect");
 	CHECK(c.allow_other == false, "allow_other");
 	CHECK(c.max_threads == 16, "max_threads %u", c.max_threads);
 	CHECK(c.log_level == MCFS_LOG_INFO, "log_level %d", c.log_level);

@@ -51,8 +51,10 @@ def mnt(tmp):
 
 
 def write(path, size):
+    data = os.urandom(size)
     with open(path, "wb") as f:
-        f.write(os.urandom(size))
+        f.write(data)
+    return data
 
 
 def test_daemon_mounts_before_returning(tmp, mnt):
@@ -116,6 +118,34 @@ def test_umount_with_fetches_in_flight(tmp, mnt):
         assert not fuse_mounted(str(mnt))
         errors = [ln for ln in m.log().splitlines() if ln.startswith("mcfs: error:")]
         assert not errors, errors
+
+
+def test_umount_in_flight_with_disk_tier_keeps_what_was_fetched(tmp, mnt):
+    """Unmount while readahead fetches are in flight, with a disk tier: the
+    daemon waits for them and the write-behind, and flushes the tier's index,
+    so a new daemon on the same cache_dir serves every block the first one
+    had fetched from disk (no store read for them), and the bytes are right."""
+    need_root()
+    data = write(tmp / "src" / "big.bin", 64 * MiB)
+    cache = str(tmp / "cache")
+    opts = ["block_size=1M", "ram_cache=128M", "readahead_max=64M", "connections=2",
+            "cache_dir=" + cache]
+    with mcfs_mount(str(tmp / "src"), str(mnt), opts=opts) as m:
+        with open(m.p("big.bin"), "rb") as f:
+            f.read(2 * MiB)             # starts a growing readahead window
+        fetched = m.stats()["fetches"]  # done by now; more are in flight
+        r = run_mcfs("umount", str(mnt), timeout=60)
+        assert r.returncode == 0, r.stdout + r.stderr
+        m.proc.wait(timeout=30)
+        assert m.proc.returncode == 0, m.log()
+    assert fetched >= 2
+    with mcfs_mount(str(tmp / "src"), str(mnt), opts=opts + ["readahead_max=0"]) as m:
+        with open(m.p("big.bin"), "rb") as f:
+            assert f.read() == data
+        st = m.stats()
+    assert st["disk_hits"] >= fetched, (fetched, st)
+    assert st["disk_hits"] + st["store_reads"] == 64, st
+    assert st["disk_csum_errors"] == 0, st
 
 
 def test_foreground_log_lines_are_level_tagged(tmp):

@@ -5,6 +5,8 @@
 # run, caches dropped where a run must be cold, medians, one table.
 #   tests/bench/bench_seq.sh [SIZE_MiB=2048] [RUNS=5]
 # mcfs runs RAM only (-o cache_dir=): each mount starts cold, with no disk tier.
+# The splice rows read the same way from a mount with -o splice=true (FUSE
+# replies spliced through a pipe instead of written), to compare the two.
 # Needs root (drop_caches, FUSE). Prints a markdown table.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -65,6 +67,15 @@ for i in $(seq "$runs"); do
 	drop; pretouch
 	r[mcfs_ramtier]+="$(ddrate "$mnt/model.bin") "
 	"$MCFS" umount "$mnt"
+
+	# the same two reads with FUSE replies spliced
+	cat "$f" > /dev/null
+	"$MCFS" mount "$work/src" "$mnt" -o cache_dir=,splice=true
+	prefaulted; pretouch
+	r[splice_first_warm]+="$(ddrate "$mnt/model.bin") "
+	drop; pretouch
+	r[splice_ramtier]+="$(ddrate "$mnt/model.bin") "
+	"$MCFS" umount "$mnt"
 done
 
 m() { echo "${r[$1]}" | tr ' ' '\n' | grep . | median; }
@@ -80,5 +91,7 @@ printf "| mcfs first read, store file cold on disk | %s | %.2f |\n" "$(m mcfs_fi
 printf "| mcfs first read, store file in page cache | %s | %.2f |\n" "$(m mcfs_first_warm)" "$(echo "$(m mcfs_first_warm) / $dw" | bc -l)"
 printf "| mcfs re-read (kernel page cache, keep_cache) | %s | %.2f |\n" "$(m mcfs_reread)" "$(echo "$(m mcfs_reread) / $dw" | bc -l)"
 printf "| mcfs re-read from the RAM tier (page cache dropped) | %s | %.2f |\n" "$(m mcfs_ramtier)" "$(echo "$(m mcfs_ramtier) / $dw" | bc -l)"
+printf "| splice=true: first read, store file in page cache | %s | %.2f |\n" "$(m splice_first_warm)" "$(echo "$(m splice_first_warm) / $dw" | bc -l)"
+printf "| splice=true: re-read from the RAM tier | %s | %.2f |\n" "$(m splice_ramtier)" "$(echo "$(m splice_ramtier) / $dw" | bc -l)"
 echo
 echo "raw runs: $(for k in "${!r[@]}"; do printf '%s=[%s] ' "$k" "${r[$k]% }"; done)"
