@@ -272,6 +272,46 @@ static const struct key *find_key(const char *name)
 	return NULL;
 }
 
+/* Edit distance of two short names (capped: names longer than 31 never match). */
+static unsigned distance(const char *a, const char *b)
+{
+	unsigned row[32], i, j, prev, tmp;
+	size_t la = strlen(a), lb = strlen(b);
+
+	if (la >= MCFS_ARRAY_SIZE(row) || lb >= MCFS_ARRAY_SIZE(row))
+		return ~0u;
+	for (j = 0; j <= lb; j++)
+		row[j] = j;
+	for (i = 1; i <= la; i++) {
+		prev = row[0];
+		row[0] = i;
+		for (j = 1; j <= lb; j++) {
+			tmp = row[j];
+			row[j] = MCFS_MIN(MCFS_MIN(row[j] + 1, row[j - 1] + 1),
+					  prev + (a[i - 1] != b[j - 1]));
+			prev = tmp;
+		}
+	}
+	return row[lb];
+}
+
+/* The key a typo most likely meant (at most 2 edits away), or NULL. */
+static const char *nearest_key(const char *name)
+{
+	unsigned best = 3, d;
+	const char *hit = NULL;
+	size_t i;
+
+	for (i = 0; i < MCFS_ARRAY_SIZE(keys); i++) {
+		d = distance(name, keys[i].name);
+		if (d < best) {
+			best = d;
+			hit = keys[i].name;
+		}
+	}
+	return hit;
+}
+
 static int parse_number(const struct key *k, const char *v, double *out)
 {
 	char *end;
@@ -344,8 +384,17 @@ int cfg_set(struct cfg *c, const char *key, const char *value, char *err, size_t
 			return 0;
 	k = find_key(key);
 	if (!k) {
-		snprintf(err, errlen, "unknown option '%s' (see `mcfs help-config` for the keys)",
-			 key);
+		const char *near = nearest_key(key);
+
+		if (near)
+			snprintf(
+			    err, errlen,
+			    "unknown option '%s': did you mean '%s'? (`mcfs help-config` lists "
+			    "the keys)",
+			    key, near);
+		else
+			snprintf(err, errlen,
+				 "unknown option '%s' (`mcfs help-config` lists the keys)", key);
 		return -EINVAL;
 	}
 	if (!value)

@@ -340,7 +340,13 @@ static void test_unknown_key(void)
 	cfg_init(&c);
 	rc = cfg_set(&c, "blocksize", "8M", err, sizeof(err));
 	CHECK(rc == -EINVAL, "unknown key accepted (rc %d)", rc);
-	CHECK_MSG("unknown key", err, "blocksize", "unknown");
+	CHECK_MSG("unknown key", err, "blocksize", "unknown", "did you mean 'block_size'");
+	rc = cfg_set(&c, "ram_cahce", "1G", err, sizeof(err));
+	CHECK(rc == -EINVAL, "typo accepted");
+	CHECK_MSG("typo", err, "ram_cahce", "did you mean 'ram_cache'");
+	rc = cfg_set(&c, "frobnicate", "1", err, sizeof(err));
+	CHECK(rc == -EINVAL && strstr(err, "did you mean") == NULL, "a guess for '%s': %s",
+	      "frobnicate", err);
 	rc = cfg_set(&c, "Block_Size", "8M", err, sizeof(err));
 	CHECK(rc == -EINVAL, "keys are case sensitive, 'Block_Size' accepted");
 	rc = cfg_set(&c, "", "1", err, sizeof(err));
