@@ -117,6 +117,16 @@ def test_credentials_from_options_and_profile(swift, tmp_path):
                     opts=opts_for(swift)) as m:
         assert "top.txt" in os.listdir(m.path)
         assert "profile 'swift'" in m.log()
+    # the config file (-c), over a wrong key in the environment; mode 0600, as
+    # a file holding a secret should be
+    conf = tmp_path / "mcfs.conf"
+    conf.write_text("[mcfs]\nendpoint = %s\naccess_key = %s\nsecret_key = %s\n"
+                    % (swift.endpoint, SWIFT_KEY, SWIFT_SECRET))
+    os.chmod(conf, 0o600)
+    with mcfs_mount("s3://" + BUCKET, str(tmp_path / "mnt"), env=bad, opts=OPTS,
+                    extra_args=["-c", str(conf)]) as m:
+        assert "top.txt" in os.listdir(m.path)
+        assert SWIFT_SECRET not in m.log()
 
 
 def test_wrong_secret_fails_mount(swift, tmp_path):
