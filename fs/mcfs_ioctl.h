@@ -22,7 +22,8 @@
  *   EPROTO     abi_version is not MCFS_IOCTL_ABI.
  *   ENOTTY     not an mcfs ioctl (or an older daemon that lacks it).
  *   EINVAL     malformed request: unknown flags, nranges too large, a range
- *              whose end overflows, a zero-length default on an empty file.
+ *              whose end overflows. (A safetensors file with an empty data
+ *              section loads 0 bytes and succeeds.)
  *   ERANGE     a file range past the end of the file.
  *   EBADMSG    no range given and the file is not a valid safetensors file
  *              (its header length does not fit the file).

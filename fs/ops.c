@@ -29,7 +29,10 @@
  * Reading this (unlisted) name of a file drops the file's cached blocks from
  * both tiers and answers the bytes dropped: `mcfs evict`. A read, not a
  * setxattr, because the mount is read-only and the VFS refuses setxattr on
- * it (EROFS) before we see it. Unlisted, so `getfattr -d` never triggers it.
+ * it (EROFS) before we see it. Unlisted, so `getfattr -d` never triggers it;
+ * a size probe (size 0) drops nothing; and only root or the daemon's own
+ * user may drop blocks (EPERM for others: with allow_other, a pod reading a
+ * model must not be able to evict it for every other pod).
  */
 #define XATTR_EVICT "user.mcfs.evict"
 
@@ -490,7 +493,21 @@ static int xattr_value(struct fs_session *s, fuse_ino_t ino, const char *name, c
 static void fs_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name, size_t size)
 {
 	char buf[4096];
-	int n = xattr_value(fs_sess(req), ino, name, buf, sizeof(buf));
+	int n;
+
+	if (strcmp(name, XATTR_EVICT) == 0) {
+		uid_t uid = fuse_req_ctx(req)->uid;
+
+		if (uid != 0 && uid != getuid()) {
+			fuse_reply_err(req, EPERM);
+			return;
+		}
+		if (size == 0) {
+			fuse_reply_xattr(req, 20); /* room for any uint64_t */
+			return;
+		}
+	}
+	n = xattr_value(fs_sess(req), ino, name, buf, sizeof(buf));
 
 	if (n < 0)
 		fuse_reply_err(req, -n);

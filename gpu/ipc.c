@@ -139,7 +139,10 @@ static int open_mapping(struct gpu *g, struct gpu_ipc *e)
 		MCFS_WARN("gpu: cannot open the caller's IPC handle on device %d: %s (%s)",
 			  g->devs[e->dev].ordinal, cudaGetErrorString(err), cudaGetErrorName(err));
 		(void)cudaGetLastError();
-		gpu_dev_broken(g, e->dev, err);
+		/* A bad or stale handle is the caller's fault, not the device's:
+		 * only an error that outlives the failed call (a lost context,
+		 * which every later call returns) turns the GPU path off. */
+		gpu_dev_broken(g, e->dev, cudaStreamQuery(NULL));
 		return err == cudaErrorMemoryAllocation ? -ENOMEM : -ENXIO;
 	}
 	if (!fn || fn(&base, &size, (CUdeviceptr)(uintptr_t)e->base) != CUDA_SUCCESS) {

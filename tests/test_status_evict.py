@@ -65,3 +65,38 @@ def test_evict_drops_both_tiers(tmp):
     # evicted blocks stay evicted across a restart
     with mcfs_mount(str(tmp / "src"), str(tmp / "mnt"), opts=opts) as m:
         assert cached_bytes(m.p("d", "b.bin")) == 0
+
+
+def test_evict_needs_root_and_a_probe_drops_nothing(tmp):
+    """Reading user.mcfs.evict drops blocks only for root (or the daemon's own
+    user): with allow_other, another user gets EPERM and the file stays
+    cached; a size probe (getxattr with size 0) answers a length and drops
+    nothing."""
+    import ctypes
+    import shutil
+    import subprocess
+    import tempfile
+    a = write_random(str(tmp / "src" / "a.bin"), 2 * MiB, seed=3)
+    os.chmod(tmp / "src", 0o755)
+    # a mount point that another user can reach (pytest's tmp is 0700)
+    top = tempfile.mkdtemp(prefix="mcfs-evict-")
+    os.chmod(top, 0o755)
+    try:
+        with mcfs_mount(str(tmp / "src"), os.path.join(top, "mnt"),
+                        opts=OPTS + ["allow_other"]) as m:
+            assert open(m.p("a.bin"), "rb").read() == a
+            assert cached_bytes(m.p("a.bin")) == 2 * MiB
+            libc = ctypes.CDLL(None, use_errno=True)
+            n = libc.getxattr(m.p("a.bin").encode(), b"user.mcfs.evict", None, 0)
+            assert n > 0, ctypes.get_errno()
+            assert cached_bytes(m.p("a.bin")) == 2 * MiB, "a size probe evicted"
+            # setpriv (util-linux) and getfattr (attr: deploy/install-deps.sh test)
+            r = subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups",
+                                "getfattr", "-n", "user.mcfs.evict", m.p("a.bin")],
+                               capture_output=True, text=True)
+            assert r.returncode != 0 and "Operation not permitted" in r.stderr, r.stderr
+            assert cached_bytes(m.p("a.bin")) == 2 * MiB, "another user evicted"
+            r = run_mcfs("evict", m.p("a.bin"))
+            assert r.returncode == 0 and "2.0 MiB dropped" in r.stdout, r.stdout
+    finally:
+        shutil.rmtree(top, ignore_errors=True)

@@ -210,6 +210,16 @@ def test_documented_errors(tmp):
             r = _req_for(torch, buf, 1 << 20, fd)
             r.ipc_handle[:] = os.urandom(64)
             assert code(r) == errno.ENXIO
+            # the handle of a process that has exited (a crashed client's)
+            stale = subprocess.run(
+                [PY, "-c", "import torch\nfrom mcfs._cuda import devbuf_from_ptr\n"
+                 "b = torch.empty(4 << 20, dtype=torch.uint8, device='cuda:0')\n"
+                 "print(bytes(devbuf_from_ptr(b.data_ptr()).handle).hex())"],
+                env=ENV, capture_output=True, text=True, timeout=120)
+            assert stale.returncode == 0, stale.stderr
+            r = _req_for(torch, buf, 1 << 20, fd)
+            r.ipc_handle[:] = bytes.fromhex(stale.stdout.strip())
+            assert code(r) == errno.ENXIO
             r = _req_for(torch, buf, 1 << 20, fd)
             r.device_uuid[:] = b"\x01" * 16
             assert code(r) == errno.ENODEV
