@@ -407,6 +407,27 @@ static uint32_t block_len(const struct cache *c, const struct cache_file *f, uin
 	return (uint32_t)MCFS_MIN(c->bs, f->size - (index << c->bs_shift));
 }
 
+int cache_span(const struct cache *c, const struct cache_file *f, uint64_t off, uint64_t len,
+	       struct cache_span *sp)
+{
+	uint64_t index = off >> c->bs_shift;
+	uint32_t boff = (uint32_t)(off & (c->bs - 1)), blen;
+
+	if (len == 0 || off >= f->size)
+		return -EINVAL;
+	blen = block_len(c, f, index);
+	sp->index = index;
+	sp->boff = boff;
+	sp->blen = blen;
+	sp->len = (uint32_t)MCFS_MIN((uint64_t)(blen - boff), len);
+	return 0;
+}
+
+uint64_t cache_block_size(const struct cache *c)
+{
+	return c->bs;
+}
+
 /* Drops an unreferenced READY block from the cache. Lock held. */
 static void discard(struct cache *c, struct cache_block *b)
 {

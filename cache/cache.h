@@ -132,6 +132,29 @@ uint64_t cache_file_cached_bytes(struct cache *c, struct cache_file *f);
 struct cache_meta *cache_get_meta(struct cache *c);
 
 /*
+ * Block arithmetic lives here and nowhere else. A span is the part of the
+ * byte range [off, off+len) of a file that lies in one block: cache_span()
+ * cuts the range at the first block boundary after @off (and at EOF).
+ * Callers walk a range by calling it again at off + sp->len.
+ */
+struct cache_span {
+	uint64_t index; /* block number in the file */
+	uint32_t boff;	/* offset of the range's first byte in the block */
+	uint32_t len;	/* bytes of the range inside this block (> 0) */
+	uint32_t blen;	/* bytes of the block: block_size, less for the file's last */
+};
+
+/*
+ * Fills *sp for the first block of [off, off+len) of @f. Returns 0, or
+ * -EINVAL when @len is 0 or @off is at or past EOF (*sp untouched).
+ */
+MCFS_MUST_CHECK int cache_span(const struct cache *c, const struct cache_file *f, uint64_t off,
+			       uint64_t len, struct cache_span *sp);
+
+/* Block size in bytes (a power of two, fixed for the cache's life). Can't fail. */
+uint64_t cache_block_size(const struct cache *c);
+
+/*
  * Returns a new reference to block @index of @f with its bytes ready; drop
  * with cache_block_put(). Sleeps while the block is fetched (by this call or
  * by another). Returns 0, -EINVAL for an index past EOF, -ESTALE when the
