@@ -654,6 +654,8 @@ uint64_t cache_file_cached_bytes(struct cache *c, struct cache_file *f)
 
 void cache_get_stats(struct cache *c, struct cache_stats *out)
 {
+	struct remote_stats rs;
+
 	pthread_mutex_lock(&c->lock);
 	*out = c->st;
 	out->block_size = c->bs;
@@ -665,6 +667,17 @@ void cache_get_stats(struct cache *c, struct cache_stats *out)
 	out->ram_prefault = atomic_load(&c->prefault_state);
 	out->ram_faulted_bytes = atomic_load_explicit(&c->prefault_bytes, memory_order_relaxed);
 	cache_tier_stats(c, out);
+	remote_get_stats(c->remote, &rs);
+	out->store_requests = rs.requests;
+	out->store_reads = rs.read_requests;
+	out->store_bytes = rs.read_bytes;
+	out->store_errors = rs.errors;
+	out->store_retries = rs.retries;
+}
+
+const char *cache_store_kind(const struct cache *c)
+{
+	return remote_kind(c->remote);
 }
 
 void cache_note_window(struct cache *c, unsigned window)

@@ -81,6 +81,12 @@ struct cache_stats {
 	uint64_t disk_csum_errors; /* blocks dropped for a bad checksum (refetched) */
 	uint64_t disk_io_errors, disk_evictions;
 	uint64_t disk_queued; /* write-behind jobs queued or being written */
+	/* The store (cache/remote), read without a lock: see struct remote_stats. */
+	uint64_t store_requests; /* operations issued (stat, list, read), retries included */
+	uint64_t store_reads;	 /* ranged reads issued */
+	uint64_t store_bytes;	 /* bytes received by reads */
+	uint64_t store_errors;	 /* operations that failed for good */
+	uint64_t store_retries;	 /* retried attempts */
 };
 
 /*
@@ -204,7 +210,11 @@ MCFS_MUST_CHECK int cache_warm(struct cache *c, struct cache_file *f, uint64_t i
  * over the tiers). */
 uint64_t cache_evict_file(struct cache *c, struct cache_file *f);
 
+/* A snapshot of every counter of the cache, its tiers and its store. Can't fail. */
 void cache_get_stats(struct cache *c, struct cache_stats *out);
+
+/* The store's kind: "posix", "http" or "s3". Borrowed: static. Can't fail. */
+const char *cache_store_kind(const struct cache *c);
 
 /*
  * Readahead: one stream per open file handle. cache_stream_access() tells it

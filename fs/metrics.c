@@ -4,9 +4,9 @@
  * Design: libmicrohttpd runs the HTTP side (parsing, keep-alive, timeouts)
  * on one internal polling thread, bound to the one address of the `metrics`
  * key, so a scraper on another host sees nothing unless the operator names a
- * routable address. Each scrape copies the counters (cache_get_stats(),
- * remote_get_stats()) and renders them into a memory stream that the
- * response then owns; the exporter keeps no state between scrapes.
+ * routable address. Each scrape copies the counters (cache_get_stats(), the
+ * store's included) and renders them into a memory stream that the response
+ * then owns; the exporter keeps no state between scrapes.
  *
  * What it refuses to do: serve anything but GET/HEAD /metrics, expose the
  * source URL (it may carry credentials) or any configuration string.
@@ -180,31 +180,28 @@ static void render_readahead(FILE *fp, const struct cache_stats *st)
 	fprintf(fp, "mcfs_readahead_window_blocks_count %llu\n", (unsigned long long)cum);
 }
 
-static void render_store(FILE *fp, const struct remote *r)
+static void render_store(FILE *fp, const struct cache_stats *cs)
 {
-	struct remote_stats rs;
-
-	remote_get_stats(r, &rs);
 	head(fp, "store_requests_total", "counter",
 	     "Store operations (stat, list, readlink, read), by final result after retries; "
 	     "\"not found\" counts as ok.");
 	fprintf(fp, "mcfs_store_requests_total{result=\"ok\"} %llu\n",
-		(unsigned long long)sub0(rs.requests, rs.errors));
+		(unsigned long long)sub0(cs->store_requests, cs->store_errors));
 	fprintf(fp, "mcfs_store_requests_total{result=\"error\"} %llu\n",
-		(unsigned long long)rs.errors);
+		(unsigned long long)cs->store_errors);
 	one(fp, "store_read_requests_total", "counter", "Ranged reads issued to the store.",
-	    rs.read_requests);
+	    cs->store_reads);
 	one(fp, "store_read_bytes_total", "counter", "Bytes received by reads from the store.",
-	    rs.read_bytes);
+	    cs->store_bytes);
 	one(fp, "store_retries_total", "counter", "Store attempts retried after an error.",
-	    rs.retries);
+	    cs->store_retries);
 }
 
 static void render_process(FILE *fp, const struct fs_session *s)
 {
 	head(fp, "build_info", "gauge", "Version and store kind of this daemon; always 1.");
 	fprintf(fp, "mcfs_build_info{version=\"%s\",store=\"%s\"} 1\n", MCFS_VERSION,
-		s->remote ? remote_kind(s->remote) : "none");
+		s->cache ? cache_store_kind(s->cache) : "none");
 	head(fp, "uptime_seconds", "gauge", "Seconds since the file system was mounted.");
 	fprintf(fp, "mcfs_uptime_seconds %.3f\n", (double)(mcfs_now_ns() - s->started_ns) / 1e9);
 }
@@ -241,9 +238,8 @@ static int render(const struct fs_session *s, char **buf, size_t *len)
 		render_tiers(fp, &st);
 		render_fetches(fp, &st);
 		render_readahead(fp, &st);
+		render_store(fp, &st);
 	}
-	if (s->remote)
-		render_store(fp, s->remote);
 	if (ferror(fp)) {
 		fclose(fp);
 		free(*buf);

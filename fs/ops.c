@@ -439,27 +439,25 @@ static int disk_stats_text(const struct cache_stats *cs, char *buf, size_t len)
 static int stats_text(struct fs_session *s, char *buf, size_t len)
 {
 	struct cache_stats cs;
-	struct remote_stats rs;
-
 	int n;
 
 	cache_get_stats(s->cache, &cs);
-	remote_get_stats(s->remote, &rs);
-	n = snprintf(
-	    buf, len,
-	    "pid %d\nblock_size %" PRIu64 "\nslots %" PRIu64 "\nslots_used %" PRIu64
-	    "\nhits %" PRIu64 "\nmisses %" PRIu64 "\nwaits %" PRIu64 "\nevictions %" PRIu64
-	    "\nfetches %" PRIu64 "\nfetch_errors %" PRIu64 "\nfetched_bytes %" PRIu64
-	    "\nprefetches %" PRIu64 "\nprefetch_unused %" PRIu64 "\ninflight %" PRIu64
-	    "\nstore_requests %" PRIu64 "\nstore_reads %" PRIu64 "\nstore_bytes %" PRIu64
-	    "\nstore_errors %" PRIu64 "\nstore_retries %" PRIu64 "\nfuse_reads %" PRIu64
-	    "\nfuse_read_bytes %" PRIu64 "\nram_prefault %d\nram_faulted_bytes %" PRIu64 "\n",
-	    (int)getpid(), cs.block_size, cs.slots, cs.slots_used, cs.hits, cs.misses, cs.waits,
-	    cs.evictions, cs.fetches, cs.fetch_errors, cs.fetched_bytes, cs.prefetches,
-	    cs.prefetch_unused, cs.inflight, rs.requests, rs.read_requests, rs.read_bytes,
-	    rs.errors, rs.retries, atomic_load_explicit(&s->reads, memory_order_relaxed),
-	    atomic_load_explicit(&s->read_bytes, memory_order_relaxed), cs.ram_prefault,
-	    cs.ram_faulted_bytes);
+	n = snprintf(buf, len,
+		     "pid %d\nblock_size %" PRIu64 "\nslots %" PRIu64 "\nslots_used %" PRIu64
+		     "\nhits %" PRIu64 "\nmisses %" PRIu64 "\nwaits %" PRIu64 "\nevictions %" PRIu64
+		     "\nfetches %" PRIu64 "\nfetch_errors %" PRIu64 "\nfetched_bytes %" PRIu64
+		     "\nprefetches %" PRIu64 "\nprefetch_unused %" PRIu64 "\ninflight %" PRIu64
+		     "\nstore_requests %" PRIu64 "\nstore_reads %" PRIu64 "\nstore_bytes %" PRIu64
+		     "\nstore_errors %" PRIu64 "\nstore_retries %" PRIu64 "\nfuse_reads %" PRIu64
+		     "\nfuse_read_bytes %" PRIu64 "\nram_prefault %d\nram_faulted_bytes %" PRIu64
+		     "\n",
+		     (int)getpid(), cs.block_size, cs.slots, cs.slots_used, cs.hits, cs.misses,
+		     cs.waits, cs.evictions, cs.fetches, cs.fetch_errors, cs.fetched_bytes,
+		     cs.prefetches, cs.prefetch_unused, cs.inflight, cs.store_requests,
+		     cs.store_reads, cs.store_bytes, cs.store_errors, cs.store_retries,
+		     atomic_load_explicit(&s->reads, memory_order_relaxed),
+		     atomic_load_explicit(&s->read_bytes, memory_order_relaxed), cs.ram_prefault,
+		     cs.ram_faulted_bytes);
 	if (n >= 0 && (size_t)n < len)
 		n += disk_stats_text(&cs, buf + n, len - (size_t)n);
 	return n;
