@@ -1,7 +1,7 @@
 /*
  * ioctl.c - the FUSE ioctl operation: MCFS_IOC_LOAD (the GPU fast path),
  * MCFS_IOC_PREFETCH (explicit warm-up through cache_warm) and MCFS_IOC_INFO. The ABI is
- * fs/mcfs_ioctl.h.
+ * include/mcfs/mcfs_ioctl.h.
  *
  * This file only checks and translates requests: ABI version first (so an
  * old client gets EPROTO on any machine), then flags and ranges against the
@@ -22,7 +22,7 @@
 #include <string.h>
 
 #include "gpu.h"
-#include "mcfs_ioctl.h"
+#include "mcfs/mcfs_ioctl.h"
 #include "safetensors.h"
 
 static int interrupted(void *req)

@@ -9,12 +9,12 @@
  * continue. Progress is the file's `user.mcfs.cached` xattr; a file is done
  * when the cursor is at its end and its bytes are cached, or, for a file
  * larger than the cache, when the daemon has no fetch in flight any more.
- * A program can do the same with the ioctl alone (fs/mcfs_ioctl.h).
+ * A program can do the same with the ioctl alone (include/mcfs/mcfs_ioctl.h).
  */
 #define _GNU_SOURCE
 #include "cli.h"
 #include "mcfs.h"
-#include "mcfs_ioctl.h"
+#include "mcfs/mcfs_ioctl.h"
 
 #include <dirent.h>
 #include <errno.h>

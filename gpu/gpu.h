@@ -1,7 +1,7 @@
 /*
  * gpu.h - the GPU fast path of the daemon: CUDA devices, the pinned RAM tier,
  * opened IPC handles and the copy engine that moves cached blocks into a
- * caller's device buffer (MCFS_IOC_LOAD, see fs/mcfs_ioctl.h).
+ * caller's device buffer (MCFS_IOC_LOAD, see include/mcfs/mcfs_ioctl.h).
  *
  * A struct gpu always exists once gpu_new() returned 0, also on a machine with
  * no GPU, no driver or a build without CUDA: it then says why (gpu_status())
@@ -30,7 +30,7 @@
 #include "cache.h"
 #include "cfg.h"
 #include "mcfs.h"
-#include "mcfs_ioctl.h"
+#include "mcfs/mcfs_ioctl.h"
 
 struct gpu;
 
@@ -80,7 +80,7 @@ struct gpu_load_result {
  * every byte is on the device. On error nothing is held and the buffer holds
  * an unspecified part of the data.
  * Returns 0, or -ENODEV, -ENXIO, -EOVERFLOW, -EINTR, -EIO, -ENOMEM
- * (fs/mcfs_ioctl.h says what each means). Logs failures other than -EINTR.
+ * (include/mcfs/mcfs_ioctl.h says what each means). Logs failures other than -EINTR.
  */
 MCFS_MUST_CHECK int gpu_load(struct gpu *g, struct cache_file *f, const struct mcfs_load_req *req,
 			     const struct mcfs_range *ranges, unsigned nranges, pid_t owner,

@@ -29,7 +29,7 @@ def ioctl_errno(fd, cmd, req):
 
 
 def test_struct_sizes_match_the_c_header():
-    hdr = open(os.path.join(ROOT, "fs", "mcfs_ioctl.h")).read()
+    hdr = open(os.path.join(ROOT, "include", "mcfs", "mcfs_ioctl.h")).read()
     assert "sizeof(struct mcfs_load_req) == %d" % len(bytes(_abi.LoadReq())) in hdr
     assert "sizeof(struct mcfs_info) == %d" % len(bytes(_abi.Info())) in hdr
     assert "sizeof(struct mcfs_prefetch_req) == %d" % len(bytes(_abi.PrefetchReq())) in hdr
@@ -104,7 +104,7 @@ def test_info_and_no_gpu(mounted):
         assert ioctl_errno(fd, _abi.IOC_LOAD, r) == errno.ENODEV
     finally:
         os.close(fd)
-    assert mcfs.info(os.path.join(ROOT, "fs", "mcfs_ioctl.h")) is None  # not on mcfs
+    assert mcfs.info(os.path.join(ROOT, "include", "mcfs", "mcfs_ioctl.h")) is None  # not on mcfs
 
 
 def test_prefetch_warms_the_file(mounted):

@@ -3,10 +3,10 @@
  *
  * Loads a file of an mcfs mount into a device buffer the caller owns, with
  * no tensor byte going through the kernel: the library sends the buffer's
- * CUDA IPC handle in one ioctl (fs/mcfs_ioctl.h) and the daemon copies from
- * its pinned RAM tier. It also parses safetensors headers (safetensors.h,
- * the same parser the daemon uses), so a loader can lay tensors out over the
- * buffer as views.
+ * CUDA IPC handle in one ioctl (include/mcfs/mcfs_ioctl.h) and the daemon
+ * copies from its pinned RAM tier. It also parses safetensors headers
+ * (safetensors.h, the same parser the daemon uses), so a loader can lay
+ * tensors out over the buffer as views.
  *
  *   int64_t n = mcfs_load_file("/models/m/model.safetensors", dptr, cap, err, sizeof(err));
  *
@@ -14,8 +14,8 @@
  * return. It never allocates device memory. It needs no CUDA at build time:
  * mcfs_devbuf_from_ptr() finds the driver (libcuda.so.1) at run time.
  *
- * Errors are negative errno values (see fs/mcfs_ioctl.h for the daemon's);
- * the library never prints. Thread safe.
+ * Errors are negative errno values (see include/mcfs/mcfs_ioctl.h for the
+ * daemon's); the library never prints. Thread safe.
  */
 #ifndef MCFS_CLIENT_H
 #define MCFS_CLIENT_H
@@ -23,7 +23,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "mcfs_ioctl.h"
+#include "mcfs/mcfs_ioctl.h"
 #include "safetensors.h"
 
 #ifdef __cplusplus

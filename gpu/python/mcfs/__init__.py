@@ -13,7 +13,7 @@ dtype the fast path does not lay out (F4, F6), it prints a one-line notice
 on stderr and returns `safetensors.torch.load_file(path, device=device)`.
 
 Pure Python over ctypes and fcntl: no build step. The ABI is mirrored in
-_abi.py from fs/mcfs_ioctl.h.
+_abi.py from include/mcfs/mcfs_ioctl.h.
 """
 import errno
 import os
@@ -141,7 +141,7 @@ def load_file(path, device="cuda:0"):
     """Loads a safetensors file into `device` memory; see the module docstring.
 
     Raises HeaderError for a malformed file, McfsError (an OSError) when the
-    daemon refuses or fails the load (errno as in fs/mcfs_ioctl.h), and
+    daemon refuses or fails the load (errno as in include/mcfs/mcfs_ioctl.h), and
     OSError(EOPNOTSUPP) when the buffer cannot be exported with CUDA IPC.
     """
     import torch

@@ -1,4 +1,4 @@
-"""The ioctl ABI of an mcfs mount, mirrored from fs/mcfs_ioctl.h with ctypes.
+"""The ioctl ABI of an mcfs mount, mirrored from include/mcfs/mcfs_ioctl.h with ctypes.
 
 The sizes are part of the ABI and are asserted at import, so a drift between
 this file and the C header fails loudly instead of sending a misread struct.
@@ -81,7 +81,7 @@ IOC_LOAD = _iowr("m", 0x01, ctypes.sizeof(LoadReq))
 IOC_PREFETCH = _iowr("m", 0x02, ctypes.sizeof(PrefetchReq))
 IOC_INFO = _iowr("m", 0x03, ctypes.sizeof(Info))
 
-# What each errno means for a load (fs/mcfs_ioctl.h).
+# What each errno means for a load (include/mcfs/mcfs_ioctl.h).
 LOAD_ERRORS = {
     errno.EPROTO: "the mcfs daemon speaks another ioctl ABI version",
     errno.ENOTTY: "not an mcfs file (or an mcfs too old for the GPU path)",

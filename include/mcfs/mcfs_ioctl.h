@@ -5,6 +5,10 @@
  * 32-bit caller all see the same layout; the sizes are asserted below and in
  * the Python package.
  *
+ * It is the one public header of the tree: installed as <mcfs/mcfs_ioctl.h>
+ * (cmake --install), and included as "mcfs/mcfs_ioctl.h" with include/ on
+ * the include path (the mcfs_abi target).
+ *
  * FUSE passes "restricted" ioctls only: the command must encode its size and
  * direction (_IOWR), the struct is copied in and back out whole, and it must
  * fit in 16383 bytes. So every request is one fixed-size struct, and tensor
