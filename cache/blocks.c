@@ -696,3 +696,8 @@ void cache_ram_region(struct cache *c, void **base, size_t *len)
 	*base = c->region;
 	*len = c->region_len;
 }
+
+size_t cache_ram_slots(const struct cache *c)
+{
+	return c->nslots;
+}

@@ -115,6 +115,10 @@ void cache_free(struct cache *c);
  */
 void cache_ram_region(struct cache *c, void **base, size_t *len);
 
+/* Slots of the RAM tier: blocks it holds at most. Fixed for the cache's life.
+ * Can't fail. */
+size_t cache_ram_slots(const struct cache *c);
+
 /*
  * Returns a new reference to the identity of (path, version) with its size;
  * drop with cache_file_put(). The same (path, version) always maps to the

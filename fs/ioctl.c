@@ -6,8 +6,10 @@
  * This file only checks and translates requests: ABI version first (so an
  * old client gets EPROTO on any machine), then flags and ranges against the
  * open file's size, then hands the load to gpu/ (which answers ENODEV when
- * there is no usable GPU). With no ranges, a load copies the safetensors
- * data section, whose offset is read from the file's first 8 bytes.
+ * there is no usable GPU). It is the one place that knows both the wire
+ * structs and gpu/'s own (struct gpu_load_req, gpu_info): gpu/ never sees
+ * the ABI. With no ranges, a load copies the safetensors data section, which
+ * gpu_data_section() finds.
  *
  * One reply per request: fuse_reply_ioctl() with the whole struct on
  * success, fuse_reply_err() with a positive errno otherwise. A load runs on
@@ -18,43 +20,35 @@
 #include "fs_int.h"
 
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "gpu.h"
 #include "mcfs/mcfs_ioctl.h"
-#include "safetensors.h"
+
+/* The wire and gpu/ agree on these sizes, so translating copies no more and
+ * no less than the caller sent. */
+_Static_assert(GPU_IPC_HANDLE_SIZE == MCFS_IPC_HANDLE_SIZE, "IPC handle size");
+_Static_assert(sizeof(((struct mcfs_load_req *)0)->device_uuid) == GPU_UUID_SIZE, "uuid size");
+_Static_assert(sizeof(((struct mcfs_info *)0)->reason) == GPU_REASON_SIZE, "reason size");
+
+/* What one ioctl works on: 24 KiB, kept off the worker thread's stack. */
+struct ioctl_buf {
+	union {
+		struct mcfs_load_req load;
+		struct mcfs_prefetch_req prefetch;
+		struct mcfs_info info;
+	} u;					       /* the wire struct, copied in and back out */
+	struct gpu_range ranges[MCFS_LOAD_MAX_RANGES]; /* a load's, translated */
+};
 
 static int interrupted(void *req)
 {
 	return fuse_req_interrupted(req);
 }
 
-/* The data section of a safetensors file: [8 + N, size). */
-static int default_range(struct fs_session *s, struct cache_file *f, struct mcfs_range *r)
-{
-	uint64_t size = cache_file_size(f), doff;
-	struct cache_block *b;
-	int rc;
-
-	if (size < 8)
-		return -EBADMSG;
-	rc = cache_block_get(s->cache, f, 0, &b);
-	if (rc < 0)
-		return rc;
-	rc = cache_block_len(b) >= 8
-		 ? mcfs_st_data_offset((const unsigned char *)cache_block_data(b), size, &doff)
-		 : -EBADMSG;
-	cache_block_put(s->cache, b);
-	if (rc < 0)
-		return rc;
-	r->file_off = doff;
-	r->len = size - doff;
-	r->dst_off = 0;
-	return 0;
-}
-
-static int check_ranges(const struct mcfs_range *r, unsigned n, uint64_t size)
+static int check_ranges(const struct gpu_range *r, unsigned n, uint64_t size)
 {
 	uint64_t end;
 	unsigned i;
@@ -68,14 +62,36 @@ static int check_ranges(const struct mcfs_range *r, unsigned n, uint64_t size)
 	return 0;
 }
 
-static int do_load(fuse_req_t req, struct fs_handle *h, struct mcfs_load_req *r)
+/* The wire request @w (checked) as gpu/'s request, over @ranges (filled). */
+static void to_gpu_req(const struct mcfs_load_req *w, struct gpu_range *ranges, unsigned n,
+		       pid_t owner, struct gpu_load_req *g)
+{
+	static const uint8_t zero[sizeof(w->device_uuid)];
+
+	memset(g, 0, sizeof(*g));
+	memcpy(g->ipc_handle, w->ipc_handle, sizeof(g->ipc_handle));
+	/* the ABI's "all zero: use device" */
+	g->by_uuid = memcmp(w->device_uuid, zero, sizeof(zero)) != 0;
+	memcpy(g->device_uuid, w->device_uuid, sizeof(g->device_uuid));
+	g->device = w->device;
+	g->dst_offset = w->dst_offset;
+	g->dst_size = w->dst_size;
+	g->close_after = (w->flags & MCFS_LOAD_F_CLOSE) != 0;
+	g->owner = owner;
+	g->ranges = ranges;
+	g->nranges = n;
+}
+
+/* @ranges: room for MCFS_LOAD_MAX_RANGES, where the request's go. */
+static int do_load(fuse_req_t req, struct fs_handle *h, struct mcfs_load_req *r,
+		   struct gpu_range *ranges)
 {
 	struct fs_session *s = fs_sess(req);
 	unsigned long long t0 = mcfs_now_ns();
-	const struct mcfs_range *ranges = r->ranges;
 	struct gpu_load_result res;
-	struct mcfs_range whole;
-	unsigned n = r->nranges;
+	struct gpu_load_req g;
+	uint64_t data_offset = 0;
+	unsigned n = r->nranges, i;
 	int rc;
 
 	if (r->abi_version != MCFS_IOCTL_ABI) {
@@ -85,20 +101,24 @@ static int do_load(fuse_req_t req, struct fs_handle *h, struct mcfs_load_req *r)
 	}
 	if ((r->flags & ~MCFS_LOAD_F_ALL) || r->nranges > MCFS_LOAD_MAX_RANGES)
 		return -EINVAL;
-	r->data_offset = 0;
 	if (n == 0) {
-		rc = default_range(s, h->file, &whole);
+		rc = gpu_data_section(s->cache, h->file, &ranges[0]);
 		if (rc < 0)
 			return rc;
-		r->data_offset = whole.file_off;
-		ranges = &whole;
+		data_offset = ranges[0].file_off;
 		n = 1;
+	} else {
+		for (i = 0; i < n; i++) {
+			ranges[i].file_off = r->ranges[i].file_off;
+			ranges[i].len = r->ranges[i].len;
+			ranges[i].dst_off = r->ranges[i].dst_off;
+		}
 	}
 	rc = check_ranges(ranges, n, cache_file_size(h->file));
 	if (rc < 0)
 		return rc;
-	rc =
-	    gpu_load(s->gpu, h->file, r, ranges, n, fuse_req_ctx(req)->pid, interrupted, req, &res);
+	to_gpu_req(r, ranges, n, fuse_req_ctx(req)->pid, &g);
+	rc = gpu_load(s->gpu, h->file, &g, interrupted, req, &res);
 	if (rc < 0) {
 		atomic_fetch_add_explicit(&s->gpu_load_errors, 1, memory_order_relaxed);
 		return rc;
@@ -106,6 +126,7 @@ static int do_load(fuse_req_t req, struct fs_handle *h, struct mcfs_load_req *r)
 	r->bytes = res.bytes;
 	r->blocks = res.blocks;
 	r->unpinned = res.unpinned;
+	r->data_offset = data_offset;
 	r->ns = mcfs_now_ns() - t0;
 	atomic_fetch_add_explicit(&s->gpu_loads, 1, memory_order_relaxed);
 	atomic_fetch_add_explicit(&s->gpu_load_bytes, r->bytes, memory_order_relaxed);
@@ -158,10 +179,19 @@ static int do_prefetch(struct fs_session *s, struct fs_handle *h, struct mcfs_pr
 
 static void do_info(struct fs_session *s, struct mcfs_info *info)
 {
+	struct gpu_info gi;
+	void *base;
+	size_t len;
+
+	gpu_info(s->gpu, &gi);
+	cache_ram_region(s->cache, &base, &len); /* the RAM tier: its slots' bytes */
 	info->daemon_abi = MCFS_IOCTL_ABI;
-	info->block_size = s->cfg.block_size;
-	gpu_info(s->gpu, info);
-	info->ram_bytes = s->cfg.ram_cache / s->cfg.block_size * s->cfg.block_size;
+	info->gpu_ok = gi.ok;
+	info->devices = gi.devices;
+	info->block_size = cache_block_size(s->cache);
+	info->ram_bytes = len;
+	info->pinned_bytes = gi.pinned_bytes;
+	snprintf(info->reason, sizeof(info->reason), "%s", gi.reason);
 }
 
 void fs_ioctl(fuse_req_t req, fuse_ino_t ino, unsigned int cmd, void *arg,
@@ -170,11 +200,7 @@ void fs_ioctl(fuse_req_t req, fuse_ino_t ino, unsigned int cmd, void *arg,
 {
 	struct fs_handle *h = (struct fs_handle *)(uintptr_t)fi->fh;
 	struct fs_session *s = fs_sess(req);
-	union {
-		struct mcfs_load_req load;
-		struct mcfs_prefetch_req prefetch;
-		struct mcfs_info info;
-	} * u;
+	struct ioctl_buf *buf;
 	size_t want;
 	int rc;
 
@@ -186,13 +212,13 @@ void fs_ioctl(fuse_req_t req, fuse_ino_t ino, unsigned int cmd, void *arg,
 	}
 	switch (cmd) {
 	case (unsigned)MCFS_IOC_LOAD:
-		want = sizeof(u->load);
+		want = sizeof(buf->u.load);
 		break;
 	case (unsigned)MCFS_IOC_PREFETCH:
-		want = sizeof(u->prefetch);
+		want = sizeof(buf->u.prefetch);
 		break;
 	case (unsigned)MCFS_IOC_INFO:
-		want = sizeof(u->info);
+		want = sizeof(buf->u.info);
 		break;
 	default:
 		fuse_reply_err(req, ENOTTY);
@@ -202,24 +228,23 @@ void fs_ioctl(fuse_req_t req, fuse_ino_t ino, unsigned int cmd, void *arg,
 		fuse_reply_err(req, EINVAL);
 		return;
 	}
-	/* 12 KiB: kept off the worker thread's stack */
-	u = calloc(1, sizeof(*u));
-	if (!u) {
+	buf = calloc(1, sizeof(*buf));
+	if (!buf) {
 		fuse_reply_err(req, ENOMEM);
 		return;
 	}
-	memcpy(u, in_buf, want);
+	memcpy(&buf->u, in_buf, want);
 	if (cmd == (unsigned)MCFS_IOC_LOAD) {
-		rc = do_load(req, h, &u->load);
+		rc = do_load(req, h, &buf->u.load, buf->ranges);
 	} else if (cmd == (unsigned)MCFS_IOC_PREFETCH) {
-		rc = do_prefetch(s, h, &u->prefetch);
+		rc = do_prefetch(s, h, &buf->u.prefetch);
 	} else {
-		do_info(s, &u->info);
+		do_info(s, &buf->u.info);
 		rc = 0;
 	}
 	if (rc < 0)
 		fuse_reply_err(req, -rc);
 	else
-		fuse_reply_ioctl(req, 0, u, want);
-	free(u);
+		fuse_reply_ioctl(req, 0, &buf->u, want);
+	free(buf);
 }

@@ -104,36 +104,37 @@ void gpu_streams_free_all(struct gpu *g)
 
 /* ---- walking the ranges block by block --------------------------------- */
 
+/* Where a walk over the request's ranges stands. Cutting a range at block
+ * boundaries is cache_span()'s work: gpu/ does no block arithmetic. */
 struct cursor {
-	const struct mcfs_range *r;
+	const struct gpu_range *r;
 	unsigned n, ri; /* ranges, current range */
 	uint64_t off;	/* next file offset within r[ri] */
-	uint64_t bs;	/* block size */
 	uint64_t taken; /* pieces returned so far */
 };
 
-/* One copy: part of one block into the buffer. */
+/* One copy: the part of one range that lies in one block, into the buffer. */
 struct piece {
-	uint64_t index; /* block */
-	size_t boff;	/* offset in the block */
-	size_t len;
-	uint64_t dst; /* offset from the buffer start */
+	struct cache_span sp; /* block index, offset in it and bytes */
+	uint64_t dst;	      /* offset from the buffer start */
 };
 
-static void cursor_init(struct cursor *c, const struct mcfs_range *r, unsigned n, uint64_t bs)
+static void cursor_init(struct cursor *c, const struct gpu_range *r, unsigned n)
 {
 	memset(c, 0, sizeof(*c));
 	c->r = r;
 	c->n = n;
-	c->bs = bs;
 	if (n)
 		c->off = r[0].file_off;
 }
 
-static bool next_piece(struct cursor *c, struct piece *p)
+/* Returns 1 with the next piece in *p, 0 past the last range, or -EINVAL for a
+ * range past the end of @f (gpu_load's caller checks ranges first). */
+static int next_piece(const struct cache *cache, const struct cache_file *f, struct cursor *c,
+		      struct piece *p)
 {
-	const struct mcfs_range *r;
-	uint64_t left;
+	const struct gpu_range *r;
+	int rc;
 
 	while (c->ri < c->n && c->off >= c->r[c->ri].file_off + c->r[c->ri].len) {
 		c->ri++;
@@ -141,16 +142,15 @@ static bool next_piece(struct cursor *c, struct piece *p)
 			c->off = c->r[c->ri].file_off;
 	}
 	if (c->ri == c->n)
-		return false;
+		return 0;
 	r = &c->r[c->ri];
-	left = r->file_off + r->len - c->off;
-	p->index = c->off / c->bs;
-	p->boff = (size_t)(c->off % c->bs);
-	p->len = (size_t)MCFS_MIN(c->bs - p->boff, left);
+	rc = cache_span(cache, f, c->off, r->file_off + r->len - c->off, &p->sp);
+	if (rc < 0)
+		return rc;
 	p->dst = r->dst_off + (c->off - r->file_off);
-	c->off += p->len;
+	c->off += p->sp.len;
 	c->taken++;
-	return true;
+	return 1;
 }
 
 /* ---- one load ------------------------------------------------------------ */
@@ -199,17 +199,18 @@ static void top_up_prefetch(struct load *l)
 	while (l->pf.taken < l->cp.taken + l->ahead) {
 		struct cursor save = l->pf;
 
-		if (!next_piece(&l->pf, &p)) {
+		/* at the end, or a bad range: the copy cursor reports it */
+		if (next_piece(l->g->cache, l->f, &l->pf, &p) <= 0) {
 			l->pf_done = true;
 			return;
 		}
-		if (p.index == l->pf_last)
+		if (p.sp.index == l->pf_last)
 			continue;
-		if (cache_prefetch(l->g->cache, l->f, p.index) == -EAGAIN) {
+		if (cache_prefetch(l->g->cache, l->f, p.sp.index) == -EAGAIN) {
 			l->pf = save; /* budget full: retry this block next time */
 			return;
 		}
-		l->pf_last = p.index;
+		l->pf_last = p.sp.index;
 	}
 }
 
@@ -222,33 +223,33 @@ static int copy_one(struct load *l, const struct piece *p, struct gpu_load_resul
 	cudaError_t e;
 	int rc;
 
-	rc = cache_block_get(l->g->cache, l->f, p->index, &b);
+	rc = cache_block_get(l->g->cache, l->f, p->sp.index, &b);
 	if (rc < 0)
 		return rc;
-	src = cache_block_data(b) + p->boff;
-	if (p->boff + p->len > cache_block_len(b)) {
+	src = cache_block_data(b) + p->sp.boff;
+	if ((size_t)p->sp.boff + p->sp.len > cache_block_len(b)) {
 		/* the file shrank under a cached identity: cannot happen for one version */
 		cache_block_put(l->g->cache, b);
 		return -EIO;
 	}
-	if (!gpu_is_pinned(l->g, src, p->len))
+	if (!gpu_is_pinned(l->g, src, p->sp.len))
 		res->unpinned++;
-	e = cudaMemcpyAsync(l->dbase + p->dst, src, p->len, cudaMemcpyHostToDevice, st);
+	e = cudaMemcpyAsync(l->dbase + p->dst, src, p->sp.len, cudaMemcpyHostToDevice, st);
 	if (e == cudaSuccess)
 		e = cudaEventRecord(l->s->ev[slot], st);
 	if (e != cudaSuccess) {
 		(void)cudaStreamSynchronize(st); /* the copy may still read the block */
 		cache_block_put(l->g->cache, b);
-		MCFS_ERR("gpu: cudaMemcpyAsync of %zu bytes (block %llu of %s) to device %d: %s",
-			 p->len, (unsigned long long)p->index, cache_file_path(l->f),
-			 l->g->devs[l->dev].ordinal, cudaGetErrorString(e));
+		MCFS_ERR("gpu: cudaMemcpyAsync of %u bytes (block %llu of %s) to device %d: %s",
+			 (unsigned)p->sp.len, (unsigned long long)p->sp.index,
+			 cache_file_path(l->f), l->g->devs[l->dev].ordinal, cudaGetErrorString(e));
 		gpu_dev_broken(l->g, l->dev, e);
 		return gpu_errno(e) == -ENODEV ? -ENODEV : -EIO;
 	}
 	l->ring[slot] = b;
 	l->count++;
 	l->issued++;
-	res->bytes += p->len;
+	res->bytes += p->sp.len;
 	res->blocks++;
 	return 0;
 }
@@ -269,7 +270,15 @@ static int run_copy(struct load *l, gpu_interrupted_fn intr, void *arg, struct g
 				break;
 		}
 		top_up_prefetch(l);
-		if (!next_piece(&l->cp, &p))
+		rc = next_piece(l->g->cache, l->f, &l->cp, &p);
+		if (rc < 0)
+			MCFS_ERR("gpu: load of %s: range [%llu, +%llu) is past the end of the "
+				 "file (%llu bytes)",
+				 cache_file_path(l->f),
+				 (unsigned long long)l->cp.r[l->cp.ri].file_off,
+				 (unsigned long long)l->cp.r[l->cp.ri].len,
+				 (unsigned long long)cache_file_size(l->f));
+		if (rc <= 0)
 			break;
 		rc = copy_one(l, &p, res);
 		if (rc < 0)
@@ -284,9 +293,9 @@ static int run_copy(struct load *l, gpu_interrupted_fn intr, void *arg, struct g
 }
 
 /* Every destination must lie inside the allocation and the caller's dst_size. */
-static int check_dst(const struct gpu_ipc *e, const struct mcfs_load_req *req,
-		     const struct mcfs_range *r, unsigned n)
+static int check_dst(const struct gpu_ipc *e, const struct gpu_load_req *req)
 {
+	const struct gpu_range *r = req->ranges;
 	uint64_t lim, end;
 	unsigned i;
 
@@ -295,14 +304,13 @@ static int check_dst(const struct gpu_ipc *e, const struct mcfs_load_req *req,
 	lim = e->size - req->dst_offset;
 	if (req->dst_size)
 		lim = MCFS_MIN(lim, req->dst_size);
-	for (i = 0; i < n; i++)
+	for (i = 0; i < req->nranges; i++)
 		if (__builtin_add_overflow(r[i].dst_off, r[i].len, &end) || end > lim)
 			return -EOVERFLOW;
 	return 0;
 }
 
-int gpu_load(struct gpu *g, struct cache_file *f, const struct mcfs_load_req *req,
-	     const struct mcfs_range *ranges, unsigned nranges, pid_t owner,
+int gpu_load(struct gpu *g, struct cache_file *f, const struct gpu_load_req *req,
 	     gpu_interrupted_fn intr, void *intr_arg, struct gpu_load_result *res)
 {
 	struct load l = {.g = g, .f = f, .pf_last = UINT64_MAX};
@@ -326,29 +334,29 @@ int gpu_load(struct gpu *g, struct cache_file *f, const struct mcfs_load_req *re
 			  cudaGetErrorString(err));
 		return -ENODEV;
 	}
-	rc = gpu_ipc_acquire(g, req->ipc_handle, l.dev, owner, &e);
+	rc = gpu_ipc_acquire(g, req->ipc_handle, l.dev, req->owner, &e);
 	if (rc < 0)
 		return rc;
-	rc = check_dst(e, req, ranges, nranges);
+	rc = check_dst(e, req);
 	if (rc < 0) {
 		MCFS_WARN("gpu: load of %s: a destination lies past the caller's buffer "
 			  "(allocation %zu bytes, dst_offset %llu, dst_size %llu)",
 			  cache_file_path(f), e->size, (unsigned long long)req->dst_offset,
 			  (unsigned long long)req->dst_size);
-		gpu_ipc_release(g, e, req->flags & MCFS_LOAD_F_CLOSE);
+		gpu_ipc_release(g, e, req->close_after);
 		return rc;
 	}
 	rc = gpu_streams_get(g, l.dev, &l.s);
 	if (rc == 0) {
-		nslots = g->cfg->ram_cache / g->cfg->block_size;
+		nslots = cache_ram_slots(g->cache);
 		l.window = (unsigned)MCFS_MAX(1, MCFS_MIN((uint64_t)GPU_WINDOW, nslots / 8));
 		l.ahead = MCFS_MAX((uint64_t)l.window, nslots / 4);
 		l.dbase = (char *)e->base + req->dst_offset;
-		cursor_init(&l.cp, ranges, nranges, g->cfg->block_size);
+		cursor_init(&l.cp, req->ranges, req->nranges);
 		l.pf = l.cp;
 		rc = run_copy(&l, intr, intr_arg, res);
 		gpu_streams_put(g, l.s);
 	}
-	gpu_ipc_release(g, e, req->flags & MCFS_LOAD_F_CLOSE);
+	gpu_ipc_release(g, e, req->close_after);
 	return rc;
 }

@@ -75,14 +75,13 @@ void gpu_dev_broken(struct gpu *g, int dev, cudaError_t e)
 			 g->devs[dev].ordinal, cudaGetErrorName(e), cudaGetErrorString(e));
 }
 
-int gpu_find_dev(struct gpu *g, const struct mcfs_load_req *req)
+int gpu_find_dev(struct gpu *g, const struct gpu_load_req *req)
 {
-	static const unsigned char zero[16];
 	int i;
 
-	if (memcmp(req->device_uuid, zero, sizeof(zero)) != 0) {
+	if (req->by_uuid) {
 		for (i = 0; i < g->ndev; i++)
-			if (memcmp(g->devs[i].uuid, req->device_uuid, 16) == 0)
+			if (memcmp(g->devs[i].uuid, req->device_uuid, GPU_UUID_SIZE) == 0)
 				return i;
 		MCFS_WARN("gpu: load for a device (uuid %02x%02x%02x%02x...) the daemon does "
 			  "not see",
@@ -200,7 +199,7 @@ static int find_devices(struct gpu *g)
 			return 0;
 		}
 		g->devs[i].ordinal = i;
-		memcpy(g->devs[i].uuid, p.uuid.bytes, 16);
+		memcpy(g->devs[i].uuid, p.uuid.bytes, GPU_UUID_SIZE);
 		MCFS_INFO("gpu: device %d: %s, %zu MiB, PCI %04x:%02x:%02x", i, p.name,
 			  p.totalGlobalMem >> 20, p.pciDomainID, p.pciBusID, p.pciDeviceID);
 	}
@@ -293,12 +292,10 @@ int gpu_status(struct gpu *g, char *reason, size_t len)
 	return g && g->ok ? 0 : -ENODEV;
 }
 
-void gpu_info(struct gpu *g, struct mcfs_info *info)
+void gpu_info(struct gpu *g, struct gpu_info *out)
 {
-	info->gpu_ok = g && g->ok;
-	info->devices = g ? (uint32_t)g->ndev : 0;
-	info->ram_bytes = g ? g->region_len : 0;
-	info->pinned_bytes = g ? atomic_load(&g->pinned_bytes) : 0;
-	snprintf(info->reason, sizeof(info->reason), "%s",
-		 g ? g->reason : "GPU module not started");
+	out->ok = g && g->ok;
+	out->devices = g ? (unsigned)g->ndev : 0;
+	out->pinned_bytes = g ? atomic_load(&g->pinned_bytes) : 0;
+	snprintf(out->reason, sizeof(out->reason), "%s", g ? g->reason : "GPU module not started");
 }

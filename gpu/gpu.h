@@ -1,21 +1,26 @@
 /*
  * gpu.h - the GPU fast path of the daemon: CUDA devices, the pinned RAM tier,
  * opened IPC handles and the copy engine that moves cached blocks into a
- * caller's device buffer (MCFS_IOC_LOAD, see include/mcfs/mcfs_ioctl.h).
+ * caller's device buffer.
+ *
+ * gpu/ knows nothing of FUSE or of the ioctl ABI: it works on its own request
+ * type (struct gpu_load_req), and fs/ioctl.c alone translates the wire structs
+ * of include/mcfs/mcfs_ioctl.h into it and the results back.
  *
  * A struct gpu always exists once gpu_new() returned 0, also on a machine with
- * no GPU, no driver or a build without CUDA: it then says why (gpu_status())
- * and every load answers -ENODEV. The CUDA runtime is linked statically, so
- * the daemon starts the same way everywhere.
+ * no GPU, no driver or a build without CUDA: it then says why (gpu_status(),
+ * gpu_info()) and every load answers -ENODEV. The CUDA runtime is linked
+ * statically, so the daemon starts the same way everywhere.
  *
  * Pinning: gpu_new() starts one thread ("mcfs-gpu-pin") that registers the
  * RAM tier with cudaHostRegister in 1 GiB chunks and logs the time it took.
  * Loads that run before a chunk is registered still work: those blocks go
- * through CUDA's pageable path (slower, counted in mcfs_load_req.unpinned).
+ * through CUDA's pageable path (slower, counted in gpu_load_result.unpinned).
  *
  * Threads: gpu_load() is called from FUSE worker threads, any number at once;
- * each sets its CUDA device itself. Lock order: gpu locks are leaves, never
- * held across a CUDA call, a cache call or a FUSE reply.
+ * each sets its CUDA device itself. Every other function may be called from
+ * any thread, except gpu_new() and gpu_free(). Lock order: gpu locks are
+ * leaves, never held across a CUDA call, a cache call or a FUSE reply.
  *
  * Errors: negative errno. cudaError_t is translated in gpu/ alone.
  */
@@ -30,9 +35,56 @@
 #include "cache.h"
 #include "cfg.h"
 #include "mcfs.h"
-#include "mcfs/mcfs_ioctl.h"
 
 struct gpu;
+
+/* Bytes of a CUDA IPC memory handle (cudaIpcMemHandle_t, CUDA_IPC_HANDLE_SIZE). */
+#define GPU_IPC_HANDLE_SIZE 64
+/* Bytes of a device UUID (cudaDeviceProp.uuid). */
+#define GPU_UUID_SIZE 16
+/* Bytes of gpu_info's reason, NUL included. */
+#define GPU_REASON_SIZE 256
+
+/* One copy: file bytes [file_off, file_off + len) to the buffer start + dst_off. */
+struct gpu_range {
+	uint64_t file_off;
+	uint64_t len;
+	uint64_t dst_off;
+};
+
+/*
+ * One load: byte ranges of a file into a device buffer that another process
+ * allocated and exported as a CUDA IPC handle. The buffer starts dst_offset
+ * bytes into that allocation.
+ */
+struct gpu_load_req {
+	unsigned char ipc_handle[GPU_IPC_HANDLE_SIZE]; /* of the allocation (its base) */
+	bool by_uuid;				       /* device_uuid names the GPU, else device */
+	unsigned char device_uuid[GPU_UUID_SIZE];      /* cudaDeviceProp.uuid */
+	int device;				       /* the daemon's CUDA ordinal (!by_uuid) */
+	uint64_t dst_offset;			       /* buffer start within the allocation */
+	uint64_t dst_size; /* bytes usable from dst_offset; 0 = to the allocation's end */
+	bool close_after;  /* close the IPC mapping after this load: the caller will
+			      not send this buffer again (one-shot loads) */
+	pid_t owner;	   /* calling process: its mappings close once it is gone */
+	const struct gpu_range *ranges; /* borrowed for the call; copied in this order */
+	unsigned nranges;
+};
+
+/* Per-load results. */
+struct gpu_load_result {
+	uint64_t bytes;	   /* copied to the device */
+	uint64_t blocks;   /* block copies issued (a block shared by two ranges counts twice) */
+	uint64_t unpinned; /* of which from memory not registered with CUDA */
+};
+
+/* What the GPU module offers now (MCFS_IOC_INFO's GPU fields). */
+struct gpu_info {
+	bool ok;		      /* gpu_load() can work */
+	unsigned devices;	      /* CUDA devices the daemon sees */
+	uint64_t pinned_bytes;	      /* of the RAM tier, registered with CUDA so far */
+	char reason[GPU_REASON_SIZE]; /* why !ok, or a summary; NUL-terminated */
+};
 
 /*
  * Creates the GPU module over @cache's RAM tier. Call after daemonising (CUDA
@@ -54,36 +106,51 @@ void gpu_free(struct gpu *g);
  */
 MCFS_MUST_CHECK int gpu_status(struct gpu *g, char *reason, size_t len);
 
-/* Fills the out fields of MCFS_IOC_INFO. Can't fail. */
-void gpu_info(struct gpu *g, struct mcfs_info *info);
+/* Fills *out with a snapshot of the module's state. @g may be NULL (not
+ * started). Can't fail. */
+void gpu_info(struct gpu *g, struct gpu_info *out);
 
 /* Returns nonzero when the caller of the load gave up (FUSE interrupt). */
 typedef int (*gpu_interrupted_fn)(void *arg);
 
-/* Per-load results, copied into the out fields of struct mcfs_load_req. */
-struct gpu_load_result {
-	uint64_t bytes;	   /* copied to the device */
-	uint64_t blocks;   /* block copies issued */
-	uint64_t unpinned; /* of which from memory not registered with CUDA */
-};
+/*
+ * The data section of the safetensors file @f, [8 + N, size), as one range to
+ * the buffer start: what a load that names no ranges copies. Reads the
+ * file's first 8 bytes through @c (fetching the first block if needed).
+ * Returns 0 with *out set, -EBADMSG when the file is too short or its header
+ * length does not fit it, or cache_block_get()'s error. Works in the build
+ * without CUDA too, so that a bad file is refused the same way everywhere.
+ */
+MCFS_MUST_CHECK int gpu_data_section(struct cache *c, struct cache_file *f, struct gpu_range *out);
 
 /*
- * Copies the @nranges byte ranges of @f (already checked against the file's
- * size by the caller, coalesced or not) into the caller's buffer named by
- * req->ipc_handle, req->device_uuid / req->device, req->dst_offset and
- * req->dst_size. @owner is the calling process (kept with the opened handle,
- * which is closed when that process is gone, or after this load when
- * req->flags has MCFS_LOAD_F_CLOSE). Polls @intr between blocks.
+ * Copies req->ranges of @f (each already checked to lie inside the file by
+ * the caller; coalesced or not) into the buffer named by req: the allocation
+ * of req->ipc_handle on the device req names, from req->dst_offset on. The
+ * handle is opened once per (handle, device) and kept open for later loads
+ * into the same allocation, unless req->close_after; it is closed when
+ * req->owner is gone. Polls @intr (may be NULL) between blocks.
  *
  * Fetches missing blocks ahead of the copy (cache_prefetch, bounded by the
  * prefetch budget), holds at most a few blocks at once, and returns when
  * every byte is on the device. On error nothing is held and the buffer holds
- * an unspecified part of the data.
- * Returns 0, or -ENODEV, -ENXIO, -EOVERFLOW, -EINTR, -EIO, -ENOMEM
- * (include/mcfs/mcfs_ioctl.h says what each means). Logs failures other than -EINTR.
+ * an unspecified part of the data. *res is always written: on failure it
+ * counts what was issued before it. @req and its ranges are borrowed for the
+ * call only.
+ *
+ * Returns 0, or
+ *   -ENODEV     no usable GPU, the named device is not visible to the
+ *               daemon, or its context was lost;
+ *   -ENXIO      the IPC handle could not be opened or sized;
+ *   -EOVERFLOW  a destination past the allocation or dst_size;
+ *   -EINTR      @intr said the caller gave up;
+ *   -EIO        the store failed for a block, or a copy failed;
+ *   -ENOMEM     no memory for streams or bookkeeping;
+ *   -EINVAL     a range past the end of @f (the caller's check was skipped);
+ *   or cache_block_get()'s -ESTALE.
+ * Logs failures other than -EINTR.
  */
-MCFS_MUST_CHECK int gpu_load(struct gpu *g, struct cache_file *f, const struct mcfs_load_req *req,
-			     const struct mcfs_range *ranges, unsigned nranges, pid_t owner,
+MCFS_MUST_CHECK int gpu_load(struct gpu *g, struct cache_file *f, const struct gpu_load_req *req,
 			     gpu_interrupted_fn intr, void *intr_arg, struct gpu_load_result *res);
 
 #endif

@@ -35,23 +35,23 @@
 #define GPU_IPC_KEEP 32
 
 struct gpu_dev {
-	int ordinal;		/* the daemon's CUDA ordinal */
-	unsigned char uuid[16]; /* cudaDeviceProp.uuid */
-	atomic_int broken;	/* set after a sticky CUDA error: loads get -ENODEV */
+	int ordinal;			   /* the daemon's CUDA ordinal */
+	unsigned char uuid[GPU_UUID_SIZE]; /* cudaDeviceProp.uuid */
+	atomic_int broken;		   /* set after a sticky CUDA error: loads get -ENODEV */
 };
 
 /* An opened IPC handle. Fields guarded by g->lock, except base and size,
  * which are written once by the opener before `opening` is cleared. */
 struct gpu_ipc {
 	struct gpu_ipc *next;
-	unsigned char handle[MCFS_IPC_HANDLE_SIZE];
+	unsigned char handle[GPU_IPC_HANDLE_SIZE];
 	int dev;	  /* index into g->devs */
 	void *base;	  /* mapped allocation base */
 	size_t size;	  /* bytes of the allocation */
 	pid_t owner;	  /* last process that used it: closed when it is gone */
 	unsigned refs;	  /* loads using it now */
 	bool opening;	  /* cudaIpcOpenMemHandle running (base not valid yet) */
-	bool close_idle;  /* close when refs drops to 0 (MCFS_LOAD_F_CLOSE) */
+	bool close_idle;  /* close when refs drops to 0 (a load's close_after) */
 	uint64_t used_ns; /* mcfs_now_ns() of the last release */
 };
 
@@ -64,10 +64,10 @@ struct gpu_streams {
 };
 
 struct gpu {
-	const struct cfg *cfg; /* borrowed */
-	struct cache *cache;   /* borrowed */
-	bool ok;	       /* devices found; fixed after gpu_new */
-	char reason[256];      /* why not ok, or a summary */
+	const struct cfg *cfg;	      /* borrowed */
+	struct cache *cache;	      /* borrowed */
+	bool ok;		      /* devices found; fixed after gpu_new */
+	char reason[GPU_REASON_SIZE]; /* why not ok, or a summary */
 	int ndev;
 	struct gpu_dev *devs;
 
@@ -91,7 +91,7 @@ int gpu_errno(cudaError_t e);
 /* Marks @dev broken after a sticky error (logged once). */
 void gpu_dev_broken(struct gpu *g, int dev, cudaError_t e);
 /* Index into g->devs for the request's uuid or ordinal, or -ENODEV (logged). */
-MCFS_MUST_CHECK int gpu_find_dev(struct gpu *g, const struct mcfs_load_req *req);
+MCFS_MUST_CHECK int gpu_find_dev(struct gpu *g, const struct gpu_load_req *req);
 /* True if [p, p+len) lies in registered memory. */
 bool gpu_is_pinned(struct gpu *g, const void *p, size_t len);
 

@@ -2,7 +2,7 @@
  * gpu_nocuda.c - the GPU module of a build without the CUDA toolkit
  * (MCFS_HAVE_CUDA off): the same interface, always answering -ENODEV with
  * the reason, so that fs/ and the clients need no #ifdef. A build with CUDA
- * compiles gpu.c, ipc.c and copy.c instead of this file.
+ * compiles gpu.c, ipc.c and copy.c instead of this file; request.c is in both.
  */
 #define _GNU_SOURCE
 #include "gpu.h"
@@ -45,26 +45,21 @@ int gpu_status(struct gpu *g, char *reason, size_t len)
 	return -ENODEV;
 }
 
-void gpu_info(struct gpu *g, struct mcfs_info *info)
+void gpu_info(struct gpu *g, struct gpu_info *out)
 {
 	(void)g;
-	info->gpu_ok = 0;
-	info->devices = 0;
-	info->ram_bytes = 0;
-	info->pinned_bytes = 0;
-	snprintf(info->reason, sizeof(info->reason), "%s", NO_CUDA);
+	out->ok = false;
+	out->devices = 0;
+	out->pinned_bytes = 0;
+	snprintf(out->reason, sizeof(out->reason), "%s", NO_CUDA);
 }
 
-int gpu_load(struct gpu *g, struct cache_file *f, const struct mcfs_load_req *req,
-	     const struct mcfs_range *ranges, unsigned nranges, pid_t owner,
+int gpu_load(struct gpu *g, struct cache_file *f, const struct gpu_load_req *req,
 	     gpu_interrupted_fn intr, void *intr_arg, struct gpu_load_result *res)
 {
 	(void)g;
 	(void)f;
 	(void)req;
-	(void)ranges;
-	(void)nranges;
-	(void)owner;
 	(void)intr;
 	(void)intr_arg;
 	memset(res, 0, sizeof(*res));

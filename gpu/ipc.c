@@ -7,7 +7,7 @@
  * process - a loader that sends several files into one arena buffer, or
  * several threads of one loader, would otherwise collide. So an entry is
  * opened once, reference counted by the loads using it, and kept open after
- * them unless the load asked MCFS_LOAD_F_CLOSE.
+ * them unless the load asked to close it (gpu_load_req.close_after).
  *
  * Why entries are closed: an open mapping keeps the exporter's GPU memory
  * alive even after that process frees it or exits. Idle entries are closed
@@ -28,6 +28,10 @@
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+
+_Static_assert(sizeof(((cudaIpcMemHandle_t *)0)->reserved) == GPU_IPC_HANDLE_SIZE,
+	       "GPU_IPC_HANDLE_SIZE is CUDA's");
+_Static_assert(sizeof(((cudaUUID_t *)0)->bytes) == GPU_UUID_SIZE, "GPU_UUID_SIZE is CUDA's");
 
 typedef CUresult (*addr_range_fn)(CUdeviceptr *base, size_t *size, CUdeviceptr p);
 
@@ -120,7 +124,7 @@ static struct gpu_ipc *find(struct gpu *g, const unsigned char *handle, int dev)
 	struct gpu_ipc *e;
 
 	for (e = g->ipcs; e; e = e->next)
-		if (e->dev == dev && memcmp(e->handle, handle, MCFS_IPC_HANDLE_SIZE) == 0)
+		if (e->dev == dev && memcmp(e->handle, handle, GPU_IPC_HANDLE_SIZE) == 0)
 			return e;
 	return NULL;
 }
@@ -185,7 +189,7 @@ int gpu_ipc_acquire(struct gpu *g, const unsigned char *handle, int dev, pid_t o
 		close_list(g, victims);
 		return -ENOMEM;
 	}
-	memcpy(e->handle, handle, MCFS_IPC_HANDLE_SIZE);
+	memcpy(e->handle, handle, GPU_IPC_HANDLE_SIZE);
 	e->dev = dev;
 	e->owner = owner;
 	e->refs = 1;

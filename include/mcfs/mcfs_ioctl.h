@@ -7,7 +7,8 @@
  *
  * It is the one public header of the tree: installed as <mcfs/mcfs_ioctl.h>
  * (cmake --install), and included as "mcfs/mcfs_ioctl.h" with include/ on
- * the include path (the mcfs_abi target).
+ * the include path (the mcfs_abi target). The daemon's GPU module never sees
+ * it: fs/ioctl.c translates these structs to gpu/'s own (gpu/gpu.h) and back.
  *
  * FUSE passes "restricted" ioctls only: the command must encode its size and
  * direction (_IOWR), the struct is copied in and back out whole, and it must
