@@ -137,11 +137,18 @@ static int do_load(fuse_req_t req, struct fs_handle *h, struct mcfs_load_req *r,
 	return 0;
 }
 
+/*
+ * Warms the blocks of [offset, end) in order until the warm-up budget says
+ * -EAGAIN, then goes on walking only to count them: blocks_total is the whole
+ * range's, next_offset where the client calls again. cache_span() cuts the
+ * range, so the block arithmetic stays in cache/.
+ */
 static int do_prefetch(struct fs_session *s, struct fs_handle *h, struct mcfs_prefetch_req *p)
 {
-	uint64_t size = cache_file_size(h->file), bs = s->cfg.block_size;
-	uint64_t end, first, last, i;
-	int rc = 0;
+	uint64_t size = cache_file_size(h->file), end, pos;
+	struct cache_span sp;
+	bool full = false;
+	int rc;
 
 	if (p->abi_version != MCFS_IOCTL_ABI)
 		return -EPROTO;
@@ -155,15 +162,19 @@ static int do_prefetch(struct fs_session *s, struct fs_handle *h, struct mcfs_pr
 		return -ERANGE;
 	p->blocks_started = p->blocks_cached = p->blocks_total = 0;
 	p->next_offset = end;
-	if (end == p->offset)
-		return 0;
-	first = p->offset / bs;
-	last = (end - 1) / bs;
-	p->blocks_total = last - first + 1;
-	for (i = first; i <= last; i++) {
-		rc = cache_warm(s->cache, h->file, i);
-		if (rc == -EAGAIN)
-			break;
+	for (pos = p->offset; pos < end; pos += sp.len) {
+		rc = cache_span(s->cache, h->file, pos, end - pos, &sp);
+		if (rc < 0)
+			return rc;
+		p->blocks_total++;
+		if (full)
+			continue;
+		rc = cache_warm(s->cache, h->file, sp.index);
+		if (rc == -EAGAIN) {
+			full = true;
+			p->next_offset = pos; /* this block's start, or offset for the first */
+			continue;
+		}
 		if (rc < 0)
 			return rc;
 		/* cache_warm: 0 = started (or already there), > 0 = already cached or loading */
@@ -172,8 +183,6 @@ static int do_prefetch(struct fs_session *s, struct fs_handle *h, struct mcfs_pr
 		else
 			p->blocks_started++;
 	}
-	if (i <= last)
-		p->next_offset = MCFS_MAX(i * bs, p->offset);
 	return 0;
 }
 
