@@ -163,7 +163,10 @@ static int parse_mount_args(int argc, char **argv, struct cfg *cfg)
 
 	optind = 1;
 	opterr = 0; /* our messages, with our prefix */
-	while ((c = getopt_long(argc, argv, ":o:c:fdh", longopts, NULL)) != -1) {
+	for (;;) {
+		c = getopt_long(argc, argv, ":o:c:fdh", longopts, NULL);
+		if (c == -1)
+			break;
 		switch (c) {
 		case 'o':
 			if (nopts == (int)MCFS_ARRAY_SIZE(opts)) {
@@ -582,7 +585,10 @@ static int cmd_umount(int argc, char **argv)
 
 	optind = 1;
 	opterr = 0;
-	while ((c = getopt_long(argc, argv, ":lh", longopts, NULL)) != -1) {
+	for (;;) {
+		c = getopt_long(argc, argv, ":lh", longopts, NULL);
+		if (c == -1)
+			break;
 		if (c == 'l')
 			lazy = true;
 		else if (c == 'h')

@@ -185,7 +185,8 @@ static bool alive(pid_t pid)
 	fp = fopen(path, "r");
 	if (!fp)
 		return false;
-	if (fgets(buf, sizeof(buf), fp) && (p = strrchr(buf, ')')) != NULL)
+	p = fgets(buf, sizeof(buf), fp) ? strrchr(buf, ')') : NULL;
+	if (p)
 		state = p[2];
 	fclose(fp);
 	return state != 'Z' && state != 'X';

@@ -213,7 +213,10 @@ int fs_cmd_prefetch(int argc, char **argv)
 
 	optind = 1;
 	opterr = 0;
-	while ((c = getopt_long(argc, argv, ":qh", longopts, NULL)) != -1) {
+	for (;;) {
+		c = getopt_long(argc, argv, ":qh", longopts, NULL);
+		if (c == -1)
+			break;
 		if (c == 'q')
 			quiet = true;
 		else if (c == 'h') /* main() answers a lone -h first; this is -qh */
