@@ -21,6 +21,8 @@
 
 #define CFG_STR_MAX 1024
 #define CFG_ERR_MAX 512
+#define CFG_KEYS_MAX 48 /* keys in cfg.c's table, at most (checked there) */
+#define CFG_RAW_MAX 32	/* bytes kept of the text a value was typed as */
 
 struct cfg {
 	/* Set from the command line, not keys. */
@@ -74,6 +76,14 @@ struct cfg {
 	/* Operations. */
 	char metrics[128]; /* host:port for Prometheus text; empty = off */
 	int log_level;	   /* MCFS_LOG_* */
+
+	/*
+	 * What the user typed for each number, size, bool or level key (-o or
+	 * the file, the one in force), escaped and cut to fit, so that a message
+	 * about a value shows "3M" and not 3145728. "" = the default. Indexed
+	 * like cfg.c's key table; strings (secrets among them) are not kept.
+	 */
+	char raw[CFG_KEYS_MAX][CFG_RAW_MAX];
 };
 
 /* Fills @c with the defaults. Can't fail. */
@@ -96,6 +106,8 @@ MCFS_MUST_CHECK int cfg_set_opts(struct cfg *c, const char *opts, char *err, siz
 /*
  * Applies an INI file: keys at top level or in [mcfs]. Returns 0, -ENOENT (or
  * another errno) if the file can't be read, or -EINVAL naming file, line, key.
+ * A NUL byte anywhere is refused (-EINVAL, naming the line and the key whose
+ * value holds it): the parser would end the value there and drop the rest.
  */
 MCFS_MUST_CHECK int cfg_load_file(struct cfg *c, const char *path, char *err, size_t errlen);
 
@@ -108,7 +120,13 @@ MCFS_MUST_CHECK int cfg_validate(const struct cfg *c, char *err, size_t errlen);
  */
 MCFS_MUST_CHECK int cfg_parse_size(const char *s, uint64_t *out);
 
-/* Writes every key with its default and help to @fp (for docs and --help). */
+/*
+ * Writes @bytes the way a user would type it: "8M", "2G", "1536K", "100" (the
+ * largest binary unit that divides it exactly). Returns buf. Can't fail.
+ */
+const char *cfg_fmt_size(uint64_t bytes, char *buf, size_t len);
+
+/* Writes every key with its default and what it allows to @fp (`mcfs help-config`). */
 void cfg_print_keys(void *fp);
 
 #endif

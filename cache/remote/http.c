@@ -279,6 +279,13 @@ static int http_stat(struct remote *r, const char *path, struct remote_attr *out
 			 h->shown, r->cfg->manifest, r->cfg->manifest);
 		return rc;
 	}
+	if (rc == -ENOENT && !path[0]) {
+		/* the mount fails on this: say what the server said, not just ENOENT */
+		MCFS_ERR("http: %s/ answered HTTP %ld: no such directory on the server, and no %s "
+			 "there",
+			 h->shown, resp.status, r->cfg->manifest);
+		return rc;
+	}
 	if (rc < 0)
 		return rc;
 	if (resp.status != 200)
