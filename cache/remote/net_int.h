@@ -37,7 +37,9 @@ struct remote_creds {
 	char access_key[256];
 	char secret_key[256];
 	char session_token[2048];
-	char source[192]; /* where they came from, for the log: "config", "environment", ... */
+	/* where they came from, for the log: "the environment", "profile 'p' in FILE", ...;
+	 * room for a profile name and a path as long as a config value; longer is cut ("...") */
+	char source[CFG_STR_MAX + 192];
 };
 
 /*

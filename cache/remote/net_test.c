@@ -218,6 +218,22 @@ static void test_creds(const char *dir)
 	CHECK(remote_aws_profile_load(file, "other", &c) == 0);
 	CHECK_STR(c.access_key, "test:tester");
 	CHECK_STR(c.session_token, "tok");
+	{
+		/* the source names the file; a path too long for it is visibly cut */
+		char want[600], longpath[3000];
+		size_t o;
+
+		snprintf(want, sizeof(want), "profile 'other' in %s", file);
+		CHECK_STR(c.source, want);
+		o = (size_t)snprintf(longpath, sizeof(longpath), "%s", dir);
+		while (o < 2900)
+			o += (size_t)snprintf(longpath + o, sizeof(longpath) - o, "/.");
+		snprintf(longpath + o, sizeof(longpath) - o, "/net_test_credentials");
+		CHECK(remote_aws_profile_load(longpath, "default", &c) == 0);
+		CHECK(strncmp(c.source, "profile 'default' in ", 21) == 0);
+		CHECK(strlen(c.source) == sizeof(c.source) - 1);
+		CHECK(strcmp(c.source + sizeof(c.source) - 4, "...") == 0);
+	}
 	CHECK(remote_aws_profile_load(file, "empty", &c) == -ENOENT);
 	CHECK(remote_aws_profile_load(file, "missing", &c) == -ENOENT);
 	CHECK(remote_aws_profile_load("/nonexistent/creds", "default", &c) == -ENOENT);

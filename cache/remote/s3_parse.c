@@ -220,7 +220,7 @@ static int on_ini(void *user, const char *section, const char *name, const char 
 int remote_aws_profile_load(const char *file, const char *profile, struct remote_creds *out)
 {
 	struct profile_ctx c = {.profile = profile, .out = out};
-	int rc;
+	int rc, n;
 
 	memset(out, 0, sizeof(*out));
 	rc = ini_parse(file, on_ini, &c);
@@ -232,7 +232,10 @@ int remote_aws_profile_load(const char *file, const char *profile, struct remote
 		memset(out, 0, sizeof(*out));
 		return -ENOENT;
 	}
-	snprintf(out->source, sizeof(out->source), "profile '%s' in %s", profile, file);
+	n = snprintf(out->source, sizeof(out->source), "profile '%s' in %s", profile, file);
+	if (n < 0 || (size_t)n >= sizeof(out->source))
+		/* a path longer than any we expect: show that the log line is cut */
+		memcpy(out->source + sizeof(out->source) - 4, "...", 4);
 	return 0;
 }
 
