@@ -47,6 +47,13 @@ static int check_addressing(const char *v)
 	return strcmp(v, "path") == 0 || strcmp(v, "virtual") == 0 ? 0 : -EINVAL;
 }
 
+static int check_symlinks(const char *v)
+{
+	return strcmp(v, "contained") == 0 || strcmp(v, "any") == 0 || strcmp(v, "none") == 0
+		   ? 0
+		   : -EINVAL;
+}
+
 static int check_disk_cache(const char *v)
 {
 	uint64_t bytes;
@@ -123,6 +130,9 @@ static const struct key keys[] = {
     {"retries", KEY_UINT, F(retries), 0, 100, NULL, "0 to 100; retries of a failed fetch"},
     {"manifest", KEY_STR, F(manifest), 0, 0, NULL,
      "a file name; the JSON listing at an http store's base"},
+    {"symlinks", KEY_STR, F(symlinks), 0, 0, check_symlinks,
+     "contained, any or none; which store symlinks are shown (contained: those whose "
+     "target stays inside the store)"},
     {"cache_dir", KEY_STR, F(cache_dir), 0, 0, NULL,
      "a directory for the disk tier and metadata, one subdirectory per store "
      "(default /var/cache/mcfs; empty = RAM only)"},
@@ -187,6 +197,7 @@ void cfg_init(struct cfg *c)
 	c->timeout = 30;
 	c->retries = 5;
 	snprintf(c->manifest, sizeof(c->manifest), ".mcfs-manifest.json");
+	snprintf(c->symlinks, sizeof(c->symlinks), "contained");	 /* issue 16 */
 	snprintf(c->cache_dir, sizeof(c->cache_dir), "/var/cache/mcfs"); /* issue 5 */
 	snprintf(c->disk_cache, sizeof(c->disk_cache), "50%%");
 	c->log_level = MCFS_LOG_INFO;

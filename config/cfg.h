@@ -65,6 +65,7 @@ struct cfg {
 	double timeout;		    /* seconds without progress before a transfer is retried */
 	unsigned retries;	    /* attempts after the first, on retryable errors */
 	char manifest[256];	    /* http: manifest file name at the base URL */
+	char symlinks[16];	    /* "contained", "any" or "none": store symlinks shown */
 
 	/* Disk tier and persistent metadata (cache/disk, cache/meta). */
 	char cache_dir[CFG_STR_MAX]; /* default /var/cache/mcfs; empty = no disk tier */

@@ -69,6 +69,7 @@ static void test_defaults(void)
 	CHECK(c.tls_verify == true, "tls_verify");
 	CHECK(strcmp(c.region, "us-east-1") == 0, "region '%s'", c.region);
 	CHECK(strcmp(c.addressing, "path") == 0, "addressing '%s'", c.addressing);
+	CHECK(strcmp(c.symlinks, "contained") == 0, "symlinks '%s'", c.symlinks);
 	CHECK(strcmp(c.cache_dir, "/var/cache/mcfs") == 0, "cache_dir '%s'", c.cache_dir);
 	CHECK(c.metrics[0] == '\0', "metrics '%s'", c.metrics);
 	CHECK(c.source[0] == '\0' && c.mountpoint[0] == '\0', "source/mountpoint not empty");
@@ -254,6 +255,11 @@ static void test_values(void)
 	expect_ok("addressing", "virtual");
 	expect_bad("addressing", "host", "path or virtual");
 
+	expect_ok("symlinks", "contained");
+	expect_ok("symlinks", "any");
+	expect_ok("symlinks", "none");
+	expect_bad("symlinks", "inside", "contained, any or none");
+
 	expect_ok("disk_cache", "100G");
 	expect_ok("disk_cache", "50%");
 	expect_ok("disk_cache", "100%");
@@ -305,6 +311,7 @@ static void test_unchanged_on_error(void)
 	    {"block_size", "12X"}, {"ram_cache", "-5"},	  {"connections", "0"},
 	    {"attr_ttl", "x"},	   {"splice", "maybe"},	  {"log_level", "loud"},
 	    {"addressing", "x"},   {"metrics", "nohost"}, {"disk_cache", "200%"},
+	    {"symlinks", "some"},
 	};
 	char err[CFG_ERR_MAX];
 	struct cfg a, b;

@@ -297,3 +297,43 @@ def test_https_verifies_the_certificate(store, tmp_path):
         for opt in ("ca_file=%s" % cert, "tls_verify=false"):
             with mcfs_mount(tls.url, str(tmp_path / "mnt"), opts=OPTS + [opt]) as m:
                 rc.check_whole_files(m.path, {"multi.bin": files["multi.bin"]})
+
+
+def test_autoindex_on_a_server_without_etags(tmp_path):
+    """nginx with `etag off;` listing by autoindex JSON: after `ls -l`, every
+    file reads back whole (no validator the server never sent goes out as
+    If-Match, so no spurious 412/EIO). The same store with ETags on: a file
+    replaced while open still gives EIO, never old and new bytes mixed."""
+    need_root()
+    root = tmp_path / "data"
+    (root / "sub").mkdir(parents=True)
+    files = {"a.bin": rc.data_for("a", 3 * rc.BLOCK + 77), "b.bin": rc.data_for("b", 4097),
+             "sub/c.bin": rc.data_for("c", rc.BLOCK + 1)}
+    for name, data in files.items():
+        (root / name).write_bytes(data)
+    with Nginx(str(root), workdir=str(tmp_path / "nginx"), extra="etag off;") as ng:
+        with mcfs_mount(ng.url, str(tmp_path / "mnt"), opts=OPTS + ["readahead_max=0"]) as m:
+            r = subprocess.run(["ls", "-lR", m.path], capture_output=True, text=True)
+            assert r.returncode == 0 and "c.bin" in r.stdout, r.stderr
+            rc.check_whole_files(m.path, files)
+            rc.check_random_ranges(m.p("a.bin"), files["a.bin"], n=20)
+            log = m.log()
+            assert "changed on the server" not in log and "412" not in log, log
+    later = rc.data_for("d", 16 * rc.BLOCK)
+    (root / "d.bin").write_bytes(later)
+    with Nginx(str(root), workdir=str(tmp_path / "nginx-etag")) as ng:
+        with mcfs_mount(ng.url, str(tmp_path / "mnt"),
+                        opts=OPTS + ["readahead_max=0", "keep_cache=false"]) as m:
+            assert "d.bin" in os.listdir(m.path)
+            fd = os.open(m.p("d.bin"), os.O_RDONLY)
+            try:
+                assert os.pread(fd, 4096, 0) == later[:4096]
+                (root / "d.bin").write_bytes(bytes(b ^ 0xFF for b in later))
+                st = os.stat(root / "d.bin")
+                os.utime(root / "d.bin", (st.st_atime, st.st_mtime + 10))
+                with pytest.raises(OSError) as ei:
+                    os.pread(fd, 4096, 14 * rc.BLOCK)
+                assert ei.value.errno == errno.EIO
+            finally:
+                os.close(fd)
+            assert "changed on the server" in m.log()
