@@ -126,7 +126,10 @@ static const struct key keys[] = {
     {"ca_file", KEY_STR, F(ca_file), 0, 0, NULL, "a PEM CA bundle path"},
     {"connect_timeout", KEY_DOUBLE, F(connect_timeout), 0.1, 3600, NULL, "seconds, 0.1 to 3600"},
     {"timeout", KEY_DOUBLE, F(timeout), 0.1, 3600, NULL,
-     "seconds, 0.1 to 3600; a stalled transfer is retried after this"},
+     "seconds, 0.1 to 3600; a transfer that gets no byte for this long is retried"},
+    {"stall_timeout", KEY_DOUBLE, F(stall_timeout), 0, 3600, NULL,
+     "seconds, 0 to 3600 (0 = off); an answer that stops mid-way for this long is retried "
+     "on a new connection"},
     {"retries", KEY_UINT, F(retries), 0, 100, NULL, "0 to 100; retries of a failed fetch"},
     {"manifest", KEY_STR, F(manifest), 0, 0, NULL,
      "a file name; the JSON listing at an http store's base"},
@@ -195,6 +198,10 @@ void cfg_init(struct cfg *c)
 	snprintf(c->addressing, sizeof(c->addressing), "path");
 	c->connect_timeout = 10;
 	c->timeout = 30;
+	/* A healthy answer never pauses this long mid-way (an 8 MiB block takes well
+	 * under a second on a LAN); a stalled connection is cut and the block is
+	 * fetched again on a new one, not waited on for the whole timeout. */
+	c->stall_timeout = 5;
 	c->retries = 5;
 	snprintf(c->manifest, sizeof(c->manifest), ".mcfs-manifest.json");
 	snprintf(c->symlinks, sizeof(c->symlinks), "contained");	 /* issue 16 */

@@ -70,6 +70,8 @@ static void test_defaults(void)
 	CHECK(strcmp(c.region, "us-east-1") == 0, "region '%s'", c.region);
 	CHECK(strcmp(c.addressing, "path") == 0, "addressing '%s'", c.addressing);
 	CHECK(strcmp(c.symlinks, "contained") == 0, "symlinks '%s'", c.symlinks);
+	CHECK(c.timeout == 30 && c.stall_timeout == 5, "timeout %g stall_timeout %g", c.timeout,
+	      c.stall_timeout);
 	CHECK(strcmp(c.cache_dir, "/var/cache/mcfs") == 0, "cache_dir '%s'", c.cache_dir);
 	CHECK(c.metrics[0] == '\0', "metrics '%s'", c.metrics);
 	CHECK(c.source[0] == '\0' && c.mountpoint[0] == '\0', "source/mountpoint not empty");
@@ -259,6 +261,9 @@ static void test_values(void)
 	expect_ok("symlinks", "any");
 	expect_ok("symlinks", "none");
 	expect_bad("symlinks", "inside", "contained, any or none");
+	expect_ok("stall_timeout", "0");
+	expect_ok("stall_timeout", "2.5");
+	expect_bad("stall_timeout", "-1", "0 to 3600");
 
 	expect_ok("disk_cache", "100G");
 	expect_ok("disk_cache", "50%");

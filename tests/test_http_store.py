@@ -337,3 +337,36 @@ def test_autoindex_on_a_server_without_etags(tmp_path):
             finally:
                 os.close(fd)
             assert "changed on the server" in m.log()
+
+
+def test_stalled_answer_is_retried(store, tmp_path):
+    """A connection that stalls mid-body (headers and part of the body, then
+    nothing, the connection still open) is cut after stall_timeout (default
+    5 s) and the block fetched again on a new connection: the read returns the
+    right bytes long before the 30 s transfer timeout, and the log names the
+    stall."""
+    root, files, ng = store
+    data = files["multi.bin"]
+    opts = ["block_size=1M", "ram_cache=64M", "retries=3", "connect_timeout=2", "timeout=30",
+            "readahead_max=0"]
+    with FaultProxy(ng.port) as px:
+        with mcfs_mount(px.url, str(tmp_path / "mnt"), opts=opts) as m:
+            fd = os.open(m.p("multi.bin"), os.O_RDONLY)
+            try:
+                assert os.pread(fd, 4096, 0) == data[:4096]
+                s0 = m.stats()
+                px.stall = 1
+                t0 = time.monotonic()
+                got = os.pread(fd, rc.BLOCK, 3 * rc.BLOCK)
+                took = time.monotonic() - t0
+            finally:
+                os.close(fd)
+            print("stalled block read took %.1f s (timeout=30, stall_timeout default)" % took)
+            assert got == data[3 * rc.BLOCK:4 * rc.BLOCK]
+            assert px.counts["stalled"] == 1, px.counts
+            s1 = m.stats()
+            assert s1["store_retries"] >= s0["store_retries"] + 1, (s0, s1)
+            assert any("stalled:" in ln and "multi.bin" in ln for ln in m.log().splitlines()), \
+                m.log()
+            # not the transfer timeout: that would have taken 30 s
+            assert took < 25, took
