@@ -207,12 +207,14 @@ bool remote_first_time(struct remote *r, const char *what, const char *path)
 static size_t filter_names(struct remote *r, const char *dir, struct remote_dirent *ents, size_t n)
 {
 	size_t i, kept = 0;
+	char path[4096];
 
 	for (i = 0; i < n; i++) {
 		const char *name = ents[i].name, *why = remote_name_refusal(name);
 
 		if (why) {
-			if (remote_first_time(r, "name", name))
+			snprintf(path, sizeof(path), "%s/%s", dir, name);
+			if (remote_first_time(r, "name", path))
 				MCFS_WARN(
 				    "store listing of '%s' has an entry named '%s': refused (%s)",
 				    dir, name, why);
