@@ -47,6 +47,13 @@ static int check_addressing(const char *v)
 	return strcmp(v, "path") == 0 || strcmp(v, "virtual") == 0 ? 0 : -EINVAL;
 }
 
+static int check_symlinks(const char *v)
+{
+	return strcmp(v, "contained") == 0 || strcmp(v, "any") == 0 || strcmp(v, "none") == 0
+		   ? 0
+		   : -EINVAL;
+}
+
 static int check_disk_cache(const char *v)
 {
 	uint64_t bytes;
@@ -119,10 +126,16 @@ static const struct key keys[] = {
     {"ca_file", KEY_STR, F(ca_file), 0, 0, NULL, "a PEM CA bundle path"},
     {"connect_timeout", KEY_DOUBLE, F(connect_timeout), 0.1, 3600, NULL, "seconds, 0.1 to 3600"},
     {"timeout", KEY_DOUBLE, F(timeout), 0.1, 3600, NULL,
-     "seconds, 0.1 to 3600; a stalled transfer is retried after this"},
+     "seconds, 0.1 to 3600; a transfer that gets no byte for this long is retried"},
+    {"stall_timeout", KEY_DOUBLE, F(stall_timeout), 0, 3600, NULL,
+     "seconds, 0 to 3600 (0 = off); an answer that stops mid-way for this long is retried "
+     "on a new connection"},
     {"retries", KEY_UINT, F(retries), 0, 100, NULL, "0 to 100; retries of a failed fetch"},
     {"manifest", KEY_STR, F(manifest), 0, 0, NULL,
      "a file name; the JSON listing at an http store's base"},
+    {"symlinks", KEY_STR, F(symlinks), 0, 0, check_symlinks,
+     "contained, any or none; which store symlinks are shown (contained: those whose "
+     "target stays inside the store)"},
     {"cache_dir", KEY_STR, F(cache_dir), 0, 0, NULL,
      "a directory for the disk tier and metadata, one subdirectory per store "
      "(empty = RAM only)"},
@@ -187,8 +200,13 @@ void cfg_init(struct cfg *c)
 	snprintf(c->addressing, sizeof(c->addressing), "path");
 	c->connect_timeout = 10;
 	c->timeout = 30;
+	/* A healthy answer never pauses this long mid-way (an 8 MiB block takes well
+	 * under a second on a LAN); a stalled connection is cut and the block is
+	 * fetched again on a new one, not waited on for the whole timeout. */
+	c->stall_timeout = 5;
 	c->retries = 5;
 	snprintf(c->manifest, sizeof(c->manifest), ".mcfs-manifest.json");
+	snprintf(c->symlinks, sizeof(c->symlinks), "contained");	 /* issue 16 */
 	snprintf(c->cache_dir, sizeof(c->cache_dir), "/var/cache/mcfs"); /* issue 5 */
 	snprintf(c->disk_cache, sizeof(c->disk_cache), "50%%");
 	c->log_level = MCFS_LOG_INFO;

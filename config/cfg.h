@@ -65,8 +65,10 @@ struct cfg {
 	char ca_file[CFG_STR_MAX];  /* extra CA bundle; empty = system */
 	double connect_timeout;	    /* seconds */
 	double timeout;		    /* seconds without progress before a transfer is retried */
+	double stall_timeout;	    /* seconds without a byte, once an answer began; 0 = off */
 	unsigned retries;	    /* attempts after the first, on retryable errors */
 	char manifest[256];	    /* http: manifest file name at the base URL */
+	char symlinks[16];	    /* "contained", "any" or "none": store symlinks shown */
 
 	/* Disk tier and persistent metadata (cache/disk, cache/meta). */
 	char cache_dir[CFG_STR_MAX]; /* default /var/cache/mcfs; empty = no disk tier */

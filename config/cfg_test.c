@@ -69,6 +69,9 @@ static void test_defaults(void)
 	CHECK(c.tls_verify == true, "tls_verify");
 	CHECK(strcmp(c.region, "us-east-1") == 0, "region '%s'", c.region);
 	CHECK(strcmp(c.addressing, "path") == 0, "addressing '%s'", c.addressing);
+	CHECK(strcmp(c.symlinks, "contained") == 0, "symlinks '%s'", c.symlinks);
+	CHECK(c.timeout == 30 && c.stall_timeout == 5, "timeout %g stall_timeout %g", c.timeout,
+	      c.stall_timeout);
 	CHECK(strcmp(c.cache_dir, "/var/cache/mcfs") == 0, "cache_dir '%s'", c.cache_dir);
 	CHECK(c.metrics[0] == '\0', "metrics '%s'", c.metrics);
 	CHECK(c.source[0] == '\0' && c.mountpoint[0] == '\0', "source/mountpoint not empty");
@@ -299,6 +302,14 @@ static void test_values(void)
 	expect_ok("addressing", "virtual");
 	expect_bad("addressing", "host", "path or virtual");
 
+	expect_ok("symlinks", "contained");
+	expect_ok("symlinks", "any");
+	expect_ok("symlinks", "none");
+	expect_bad("symlinks", "inside", "contained, any or none");
+	expect_ok("stall_timeout", "0");
+	expect_ok("stall_timeout", "2.5");
+	expect_bad("stall_timeout", "-1", "0 to 3600");
+
 	expect_ok("disk_cache", "100G");
 	expect_ok("disk_cache", "50%");
 	expect_ok("disk_cache", "100%");
@@ -350,6 +361,7 @@ static void test_unchanged_on_error(void)
 	    {"block_size", "12X"}, {"ram_cache", "-5"},	  {"connections", "0"},
 	    {"attr_ttl", "x"},	   {"splice", "maybe"},	  {"log_level", "loud"},
 	    {"addressing", "x"},   {"metrics", "nohost"}, {"disk_cache", "200%"},
+	    {"symlinks", "some"},
 	};
 	char err[CFG_ERR_MAX];
 	struct cfg a, b;

@@ -8,7 +8,10 @@ connection. Faults are armed by the test and hit the next requests:
     p = FaultProxy(upstream_port).start()
     p.fail_503 = 3     # answer the next 3 requests with 503 (not forwarded)
     p.drop = 2         # forward the next 2, then cut the connection mid-body (RST)
-    p.counts           # {"requests": n, "503": n, "dropped": n}
+    p.stall = 1        # the next answer with a body: headers and part of the body,
+                       # then nothing more on that connection (it stays open) until
+                       # the client gives up on it or the proxy stops
+    p.counts           # {"requests": n, "503": n, "dropped": n, "stalled": n}
     p.request_lines    # the first 1000 request lines, as received
     p.stop()
 
@@ -62,7 +65,8 @@ class FaultProxy:
         self.lock = threading.Lock()
         self.fail_503 = 0
         self.drop = 0
-        self.counts = {"requests": 0, "503": 0, "dropped": 0}
+        self.stall = 0
+        self.counts = {"requests": 0, "503": 0, "dropped": 0, "stalled": 0}
         self.stopping = False
         self.thread = None
         self.conns = set()
@@ -148,6 +152,13 @@ class FaultProxy:
                     return
                 else:
                     body_len = int(clen)
+                if body_len > 0 and self._take("stall"):
+                    with self.lock:
+                        self.counts["stalled"] += 1
+                    c.sendall(rhead)
+                    self._forward(c, up, rest, min(body_len // 2, 65536))
+                    self._hang(c)
+                    return
                 if self._take("drop"):
                     with self.lock:
                         self.counts["dropped"] += 1
@@ -184,6 +195,28 @@ class FaultProxy:
                         s.close()
                     except OSError:
                         pass
+
+    def _forward(self, c, up, rest, n):
+        """Sends the first n bytes of the body (rest: what came with the headers)."""
+        sent = rest[:n]
+        c.sendall(sent)
+        while len(sent) < n:
+            d = up.recv(min(65536, n - len(sent)))
+            if not d:
+                break
+            c.sendall(d)
+            sent += d
+
+    def _hang(self, c):
+        """Sends nothing more; waits until the client closes or the proxy stops."""
+        while not self.stopping:
+            r, _, _ = select.select([c], [], [], 0.2)
+            if r:
+                try:
+                    if not c.recv(65536):
+                        return
+                except OSError:
+                    return
 
     def _pipe(self, a, b):
         socks = [a, b]

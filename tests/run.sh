@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The test command: installs what the tests need, builds mcfs (warnings are
-# errors), checks formatting, runs the C unit tests (ctest) and the end-to-end
-# tests (pytest: real FUSE mounts and loopback servers). Then, in CI (CI=true)
+# errors, in the default and in a Release build), checks formatting, runs the
+# C unit tests (ctest) and the end-to-end tests (pytest: real FUSE mounts and
+# loopback servers). Then, in CI (CI=true)
 # or with MCFS_SANITIZERS=1, the same suites again against an ASan+UBSan build
 # and a TSan build of the daemon. Must run as root (FUSE mounts, drop_caches,
 # test servers). Extra arguments go to pytest.
@@ -17,6 +18,11 @@ fi
 echo "== build"
 cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo -DMCFS_WERROR=ON >/dev/null
 cmake --build build -j"$(nproc)"
+# A Release build (-O3) sees warnings the default one does not (format-truncation):
+# build it with -Werror too, so that no warning reaches a user's build.
+echo "== release build (-Werror)"
+cmake -S . -B build-release -DCMAKE_BUILD_TYPE=Release -DMCFS_WERROR=ON >/dev/null
+cmake --build build-release -j"$(nproc)"
 (cd build && ctest --output-on-failure)
 python3 -m pytest -ra tests "$@"
 

@@ -318,7 +318,11 @@ static int http_list(struct remote *r, const char *path, struct remote_dirent **
 	if (rc == 0 && resp.status != 200)
 		rc = resp.status >= 300 && resp.status < 400 ? -ENOTDIR : -EIO;
 	if (rc == 0) {
-		rc = remote_autoindex_parse(resp.body ? resp.body : "", resp.body_len, out, n);
+		char what[REMOTE_URL_MAX + 8];
+
+		snprintf(what, sizeof(what), "%s/%s%s", h->shown, path, path[0] ? "/" : "");
+		rc =
+		    remote_autoindex_parse(resp.body ? resp.body : "", resp.body_len, what, out, n);
 		if (rc == -EINVAL) {
 			MCFS_ERR("http: the listing at %s/%s is not JSON: serve a manifest (`mcfs "
 				 "manifest DIR > DIR/%s`) or set nginx `autoindex_format json;`",

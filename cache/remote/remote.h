@@ -12,6 +12,14 @@
  * and "" for the root itself. Backends refuse names that would escape the
  * mount (empty, ".", ".." components, '/' inside a name) with -EINVAL.
  *
+ * Listings hold one entry per name (a name listed as a file and as a
+ * directory is shown as the file, as a stat answers) and only names that can
+ * be shown; every refusal is logged, once per name. Symlinks follow
+ * cfg->symlinks: "contained" (default) hides those whose target leaves the
+ * store (absolute, or climbing above its root), "none" hides all, "any" shows
+ * all. A hidden link is absent: not listed, -ENOENT from remote_stat() and
+ * remote_readlink().
+ *
  * Threads: every function may be called from many threads at once.
  * Errors: 0 or a byte count on success, negative errno on failure:
  *   -ENOENT   no such path;
