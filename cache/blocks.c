@@ -664,7 +664,9 @@ void cache_get_stats(struct cache *c, struct cache_stats *out)
 	out->inflight = c->inflight;
 	out->prefetch_bytes = c->prefetch_bytes;
 	pthread_mutex_unlock(&c->lock);
-	out->ram_prefault = atomic_load(&c->prefault_state);
+	out->ram_bytes_limit = c->nslots * c->bs;
+	out->ram_bytes_used = out->slots_used * c->bs;
+	out->ram_prefault = (uint64_t)atomic_load(&c->prefault_state);
 	out->ram_faulted_bytes = atomic_load_explicit(&c->prefault_bytes, memory_order_relaxed);
 	cache_tier_stats(c, out);
 	remote_get_stats(c->remote, &rs);

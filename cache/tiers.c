@@ -270,24 +270,8 @@ uint64_t cache_tier_file_bytes(struct cache *c, struct cache_file *f, const bool
 
 void cache_tier_stats(struct cache *c, struct cache_stats *out)
 {
-	struct cache_disk_stats ds;
-
 	if (!c->disk)
 		return;
-	cache_disk_get_stats(c->disk, &ds);
-	out->disk_state = ds.full ? 2 : 1;
-	out->disk_slots = ds.slots;
-	out->disk_slots_used = ds.slots_used;
-	out->disk_bytes_limit = ds.bytes_limit;
-	out->disk_bytes_used = ds.bytes_used;
-	out->disk_hits = ds.hits;
-	out->disk_misses = ds.misses;
-	out->disk_read_bytes = ds.read_bytes;
-	out->disk_writes = ds.writes;
-	out->disk_written_bytes = ds.written_bytes;
-	out->disk_write_drops = ds.write_drops;
-	out->disk_csum_errors = ds.csum_errors;
-	out->disk_io_errors = ds.io_errors;
-	out->disk_evictions = ds.evictions;
-	out->disk_queued = ds.queued;
+	cache_disk_get_stats(c->disk, &out->disk);
+	out->disk_state = out->disk.full ? 2 : 1;
 }

@@ -1,0 +1,254 @@
+/*
+ * stats_test.c - unit test of the renderings of the counter table (stats.c):
+ *  - the user.mcfs.stats text keeps the keys that scripts and tests read, in
+ *    their order, and no key twice;
+ *  - parsing a text and rendering it again gives it back, every key in a
+ *    place of its own, and each source (CACHE, DISK, FS) lands in its field;
+ *  - a key missing or not a number is an error naming the key, never a 0;
+ *    a key the parser does not know (a newer daemon) is fine;
+ *  - Prometheus: each family once with HELP and TYPE, counters named
+ *    _total, the disk tier's samples only with a disk tier.
+ * Exits 0 (pass) or 1 (fail).
+ */
+#define _GNU_SOURCE
+#include "stats.h"
+#include "mcfs_test.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define TEXT_MAX 8192
+
+/* The keys of user.mcfs.stats before the table existed, in their order. */
+static const char legacy_keys[] =
+    "pid block_size slots slots_used hits misses waits evictions fetches fetch_errors "
+    "fetched_bytes prefetches prefetch_unused inflight store_requests store_reads store_bytes "
+    "store_errors store_retries fuse_reads fuse_read_bytes ram_prefault ram_faulted_bytes "
+    "disk_state disk_slots disk_slots_used disk_bytes_limit disk_bytes_used disk_hits "
+    "disk_misses disk_read_bytes disk_writes disk_written_bytes disk_write_drops "
+    "disk_csum_errors disk_io_errors disk_evictions disk_queued";
+
+/* Splits a stats text into its keys (in place); returns how many. */
+static size_t keys_of(char *text, char **keys, size_t cap)
+{
+	char *save = NULL, *line;
+	size_t n = 0;
+
+	for (line = strtok_r(text, "\n", &save); line && n < cap;
+	     line = strtok_r(NULL, "\n", &save)) {
+		*strchrnul(line, ' ') = '\0';
+		keys[n++] = line;
+	}
+	return n;
+}
+
+static void test_keys_kept_in_order(void)
+{
+	char text[TEXT_MAX], legacy[sizeof(legacy_keys)], *keys[256], *k, *save = NULL;
+	struct fs_stats st;
+	size_t n, i, j;
+	int len;
+
+	memset(&st, 0, sizeof(st));
+	len = fs_stats_text(&st, text, sizeof(text));
+	CHECK(len > 0 && len < TEXT_MAX, "length %d", len);
+	n = keys_of(text, keys, MCFS_ARRAY_SIZE(keys));
+	memcpy(legacy, legacy_keys, sizeof(legacy));
+	for (i = 0, k = strtok_r(legacy, " ", &save); k; i++, k = strtok_r(NULL, " ", &save))
+		CHECK(i < n && strcmp(keys[i], k) == 0, "key %zu is %s, was %s", i,
+		      i < n ? keys[i] : "(none)", k);
+	CHECK(i == 38, "%zu legacy keys", i);
+	for (i = 0; i < n; i++)
+		for (j = i + 1; j < n; j++)
+			CHECK(strcmp(keys[i], keys[j]) != 0, "key %s twice", keys[i]);
+}
+
+/* A text of every key with value 1000 + its line number, into out. */
+static void numbered_text(char *out, size_t len)
+{
+	struct fs_stats st;
+	char text[TEXT_MAX], *keys[256];
+	size_t n, i, at = 0;
+
+	memset(&st, 0, sizeof(st));
+	(void)fs_stats_text(&st, text, sizeof(text));
+	n = keys_of(text, keys, MCFS_ARRAY_SIZE(keys));
+	out[0] = '\0';
+	for (i = 0; i < n; i++)
+		at += (size_t)snprintf(out + at, len - at, "%s %zu\n", keys[i], 1000 + i);
+}
+
+/* The value of @key in a numbered text. */
+static uint64_t numbered(const char *text, const char *key)
+{
+	char pat[64];
+	const char *p;
+
+	snprintf(pat, sizeof(pat), "\n%s ", key);
+	if (strncmp(text, pat + 1, strlen(pat + 1)) == 0)
+		p = text + strlen(pat + 1);
+	else
+		p = strstr(text, pat) ? strstr(text, pat) + strlen(pat) : "0";
+	return strtoull(p, NULL, 10);
+}
+
+static void test_round_trip(void)
+{
+	char text[TEXT_MAX], again[TEXT_MAX];
+	struct fs_stats st;
+	const char *key = "unset";
+
+	numbered_text(text, sizeof(text));
+	CHECK(fs_stats_parse(text, &st, &key) == 0 && key == NULL, "key %s", key ? key : "-");
+	(void)fs_stats_text(&st, again, sizeof(again));
+	CHECK(strcmp(text, again) == 0, "rendered back:\n%s\nparsed from:\n%s", again, text);
+	/* one row of each source, where its field is */
+	CHECK(st.pid == numbered(text, "pid"));
+	CHECK(st.cache.hits == numbered(text, "hits"));
+	CHECK(st.cache.store_bytes == numbered(text, "store_bytes"));
+	CHECK(st.cache.disk.hits == numbered(text, "disk_hits"));
+	CHECK(st.cache.disk.queued == numbered(text, "disk_queued"));
+	CHECK(st.reads == numbered(text, "fuse_reads"));
+	CHECK(st.gpu_load_ns == numbered(text, "gpu_load_ns"));
+}
+
+/* Parses @text with the line of @key replaced by @line ("" drops it). */
+static int parse_with(const char *key, const char *line, const char **bad)
+{
+	char text[TEXT_MAX], out[TEXT_MAX], *p, *save = NULL;
+	struct fs_stats st;
+	size_t at = 0, klen = strlen(key);
+
+	numbered_text(text, sizeof(text));
+	for (p = strtok_r(text, "\n", &save); p; p = strtok_r(NULL, "\n", &save)) {
+		if (strncmp(p, key, klen) == 0 && p[klen] == ' ')
+			at += (size_t)snprintf(out + at, sizeof(out) - at, "%s", line);
+		else
+			at += (size_t)snprintf(out + at, sizeof(out) - at, "%s\n", p);
+	}
+	return fs_stats_parse(out, &st, bad);
+}
+
+static void test_missing_key_is_an_error(void)
+{
+	static const char *const keys[] = {"pid",	 "hits",	   "disk_hits",
+					   "fuse_reads", "ram_bytes_used", "gpu_load_ns"};
+	const char *bad;
+	size_t i;
+	int rc;
+
+	for (i = 0; i < MCFS_ARRAY_SIZE(keys); i++) {
+		bad = NULL;
+		rc = parse_with(keys[i], "", &bad);
+		CHECK(rc == -ENOENT && bad && strcmp(bad, keys[i]) == 0, "%s: rc %d, key %s",
+		      keys[i], rc, bad ? bad : "-");
+	}
+	bad = NULL;
+	rc = parse_with("hits", "hits many\n", &bad);
+	CHECK(rc == -EINVAL && bad && strcmp(bad, "hits") == 0, "rc %d", rc);
+	rc = parse_with("hits", "hits 12x\n", &bad);
+	CHECK(rc == -EINVAL, "rc %d", rc);
+	rc = parse_with("hits", "hits 99999999999999999999999\n", &bad);
+	CHECK(rc == -EINVAL, "overflow: rc %d", rc);
+	rc = parse_with("hits", "hits 5\nsome_future_counter 7\n", &bad);
+	CHECK(rc == 0, "an unknown key: rc %d", rc);
+}
+
+/* Renders the Prometheus lines of @st into a new string (caller frees). */
+static char *prom(const struct fs_stats *st)
+{
+	char *buf = NULL;
+	size_t len = 0;
+	FILE *fp = open_memstream(&buf, &len);
+
+	if (!fp)
+		abort();
+	fs_stats_prom(fp, st);
+	fclose(fp);
+	return buf;
+}
+
+/* Each family once, TYPE after HELP, samples after both, counters end in _total. */
+static void check_exposition(const char *text)
+{
+	char fam[128], seen[64][128], type[16];
+	const char *line, *end;
+	size_t nseen = 0, i, flen;
+	bool counter = false;
+
+	fam[0] = '\0';
+	for (line = text; *line; line = end + 1) {
+		end = strchrnul(line, '\n');
+		if (strncmp(line, "# HELP mcfs_", 12) == 0) {
+			flen = strcspn(line + 7, " ");
+			snprintf(fam, sizeof(fam), "%.*s", (int)flen, line + 7);
+			for (i = 0; i < nseen; i++)
+				CHECK(strcmp(seen[i], fam) != 0, "family %s twice", fam);
+			if (nseen < MCFS_ARRAY_SIZE(seen))
+				snprintf(seen[nseen++], sizeof(seen[0]), "%s", fam);
+			CHECK(line + 7 + flen + 1 < end, "%s has no help", fam);
+		} else if (strncmp(line, "# TYPE ", 7) == 0) {
+			CHECK(strncmp(line + 7, fam, strlen(fam)) == 0, "TYPE of %s in %s", line,
+			      fam);
+			CHECK(sscanf(line + 7 + strlen(fam), " %15s", type) == 1);
+			counter = strcmp(type, "counter") == 0;
+			CHECK(counter || strcmp(type, "gauge") == 0, "type %s", type);
+			CHECK(counter ==
+				  (strlen(fam) > 6 && strcmp(fam + strlen(fam) - 6, "_total") == 0),
+			      "%s is a %s", fam, type);
+		} else {
+			CHECK(fam[0] && strncmp(line, fam, strlen(fam)) == 0 &&
+				  (line[strlen(fam)] == ' ' || line[strlen(fam)] == '{'),
+			      "sample '%.*s' outside its family %s", (int)(end - line), line, fam);
+		}
+		if (!*end)
+			break;
+	}
+}
+
+static void test_prometheus(void)
+{
+	struct fs_stats st;
+	char *text;
+
+	memset(&st, 0, sizeof(st));
+	st.cache.hits = 7;
+	st.cache.disk.hits = 8;
+	st.cache.ram_bytes_limit = 9;
+	st.cache.disk.bytes_limit = 10;
+	st.cache.disk.read_bytes = 11;
+	st.cache.fetches = 12; /* exported by result, by fs/metrics.c: not here */
+	text = prom(&st);
+	check_exposition(text);
+	CHECK(strstr(text, "\nmcfs_cache_hits_total{tier=\"ram\"} 7\n"), "%s", text);
+	CHECK(strstr(text, "\nmcfs_cache_capacity_bytes{tier=\"ram\"} 9\n"), "%s", text);
+	CHECK(!strstr(text, "tier=\"disk\""), "a disk sample without a disk tier:\n%s", text);
+	CHECK(!strstr(text, "mcfs_disk_"), "a disk family without a disk tier:\n%s", text);
+	CHECK(!strstr(text, " 12\n"), "fetches exported as is:\n%s", text);
+	free(text);
+
+	st.cache.disk_state = 1;
+	text = prom(&st);
+	check_exposition(text);
+	CHECK(strstr(text, "\nmcfs_cache_hits_total{tier=\"disk\"} 8\n"), "%s", text);
+	CHECK(strstr(text, "\nmcfs_cache_capacity_bytes{tier=\"disk\"} 10\n"), "%s", text);
+	CHECK(strstr(text, "\nmcfs_disk_read_bytes_total 11\n"), "%s", text);
+	CHECK(strstr(text, "# HELP mcfs_cache_hits_total Block gets answered from a cache tier.\n"
+			   "# TYPE mcfs_cache_hits_total counter\n"),
+	      "%s", text);
+	free(text);
+}
+
+int main(void)
+{
+	test_keys_kept_in_order();
+	test_round_trip();
+	test_missing_key_is_an_error();
+	test_prometheus();
+	if (failures) {
+		fprintf(stderr, "stats_test: %d check(s) failed\n", failures);
+		return T_EXIT_FAIL;
+	}
+	return T_EXIT_PASS;
+}
