@@ -190,6 +190,9 @@ uint64_t cache_evict_file(struct cache *c, struct cache_file *f);
 /* A snapshot of every counter of the cache, its tiers and its store. Can't fail. */
 void cache_get_stats(struct cache *c, struct cache_stats *out);
 
+/* What @reason (enum cache_disk_off) means, in a few words: static, never NULL. */
+const char *cache_disk_off_text(int reason);
+
 /* The store's kind: "posix", "http" or "s3". Borrowed: static. Can't fail. */
 const char *cache_store_kind(const struct cache *c);
 

@@ -105,7 +105,7 @@ enum cache_counter_type {
 	X(CACHE, ram_faulted_bytes, "ram_faulted_bytes", GAUGE, "cache_ram_faulted_bytes", NULL,   \
 	  "RAM-tier bytes faulted in by ram_prefault (its memory is committed).")                  \
 	X(CACHE, disk_state, "disk_state", GAUGE, NULL, NULL,                                      \
-	  "The disk tier: 0 off, 1 on, 2 full (ENOSPC: RAM only "       \
+	  "The disk tier: 0 off (disk_off_reason says why), 1 on, 2 full (ENOSPC: RAM only "       \
 	  "since; Prometheus: disk_full).")                                                        \
 	X(DISK, slots, "disk_slots", GAUGE, "cache_slots", CACHE_TIER_DISK,                        \
 	  "Block slots of a cache tier.")                                                          \
@@ -142,6 +142,10 @@ enum cache_counter_type {
 	  "Size of a cache tier.")                                                                 \
 	X(CACHE, ram_bytes_used, "ram_bytes_used", GAUGE, "cache_used_bytes", CACHE_TIER_RAM,      \
 	  "Bytes of a cache tier holding blocks (whole slots).")                                   \
+	X(CACHE, disk_off_reason, "disk_off_reason", GAUGE, NULL, NULL,                            \
+	  "Why there is no disk tier: enum cache_disk_off (0 while there is one).")                \
+	X(CACHE, disk_off_errno, "disk_off_errno", GAUGE, NULL, NULL,                              \
+	  "The errno that left the disk tier off, or 0.")                                          \
 	X(FS, gpu_loads, "gpu_loads", COUNTER, NULL, NULL,                                         \
 	  "GPU loads served (Prometheus: gpu_loads_total by result).")                             \
 	X(FS, gpu_load_errors, "gpu_load_errors", COUNTER, NULL, NULL,                             \
@@ -151,6 +155,16 @@ enum cache_counter_type {
 	X(FS, gpu_load_ns, "gpu_load_ns", COUNTER, NULL, NULL,                                     \
 	  "Nanoseconds spent in GPU loads that succeeded (Prometheus: gpu_load_seconds_total).")
 /* clang-format on */
+
+/* Why there is no disk tier (disk_off_reason); cache_disk_off_text() words it. */
+enum cache_disk_off {
+	CACHE_DISK_OFF_NONE = 0,   /* there is one (disk_state 1 or 2) */
+	CACHE_DISK_OFF_NO_DIR = 1, /* cache_dir is empty */
+	CACHE_DISK_OFF_DIR = 2,	   /* the store's directory could not be made or used (errno) */
+	CACHE_DISK_OFF_LOCKED = 3, /* another daemon of the same store holds that directory */
+	CACHE_DISK_OFF_META = 4,   /* the metadata store (LMDB) would not open (errno) */
+	CACHE_DISK_OFF_DISK = 5,   /* the block file would not open (errno); metadata is kept */
+};
 
 /* The struct members of one source's rows: uint64_t FIELD; for each. */
 #define CACHE_CTR_MEMBER(src, field, ...) CACHE_CTR_MEMBER_##src(field)

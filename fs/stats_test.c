@@ -111,6 +111,7 @@ static void test_round_trip(void)
 	CHECK(st.cache.disk.queued == numbered(text, "disk_queued"));
 	CHECK(st.reads == numbered(text, "fuse_reads"));
 	CHECK(st.gpu_load_ns == numbered(text, "gpu_load_ns"));
+	CHECK(st.cache.disk_off_reason == numbered(text, "disk_off_reason"));
 }
 
 /* Parses @text with the line of @key replaced by @line ("" drops it). */
@@ -132,8 +133,8 @@ static int parse_with(const char *key, const char *line, const char **bad)
 
 static void test_missing_key_is_an_error(void)
 {
-	static const char *const keys[] = {"pid",	 "hits",	   "disk_hits",
-					   "fuse_reads", "ram_bytes_used", "gpu_load_ns"};
+	static const char *const keys[] = {
+	    "pid", "hits", "disk_hits", "fuse_reads", "disk_off_reason", "gpu_load_ns"};
 	const char *bad;
 	size_t i;
 	int rc;

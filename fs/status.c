@@ -5,8 +5,8 @@
  * need no socket and work for whoever can read the mount:
  *   status: reads the root's user.mcfs.stats ("key value" lines, parsed by
  *           fs_stats_parse(): a key it lacks is an error, never a 0) and
- *           prints the RAM tier, the disk tier, the store and what is in
- *           flight;
+ *           prints the RAM tier, the disk tier (or why there is none), the
+ *           store and what is in flight;
  *   evict:  reads user.mcfs.evict of each file (directories: every file
  *           below), which drops the file's blocks from both tiers and
  *           answers the bytes dropped (see ops.c for why a read).
@@ -33,6 +33,15 @@ static double pct(unsigned long long part, unsigned long long whole)
 	return whole ? 100.0 * (double)part / (double)whole : 0.0;
 }
 
+/* "off (why[: errno text])": the reason the daemon had for running RAM only. */
+static void print_disk_off(const struct cache_stats *cs)
+{
+	printf("  disk tier:  off (%s", cache_disk_off_text((int)cs->disk_off_reason));
+	if (cs->disk_off_errno)
+		printf(": %s", strerror((int)cs->disk_off_errno));
+	printf(")\n");
+}
+
 static void print_status(const char *mnt, const struct fs_stats *st)
 {
 	static const char *const states[] = {"off", "on", "FULL (ENOSPC): RAM only"};
@@ -50,7 +59,7 @@ static void print_status(const char *mnt, const struct fs_stats *st)
 	       (unsigned long long)cs->hits, (unsigned long long)cs->misses,
 	       (unsigned long long)cs->waits);
 	if (cs->disk_state == 0) {
-		printf("  disk tier:  off (no cache_dir, or it could not be used)\n");
+		print_disk_off(cs);
 	} else {
 		printf("  disk tier:  %s; %llu of %llu blocks, %s of %s used; hit ratio %.1f%% "
 		       "(%llu hits, %llu misses)\n",

@@ -1,8 +1,8 @@
 """`mcfs status MOUNTPOINT` and `mcfs evict PATH` (issue 5): status prints
-both tiers' usage and hit ratios, bytes fetched and fetches in flight;
-evict drops a file's blocks from RAM and disk (its user.mcfs.cached goes to
-0) so the next read goes to the store; per-file cached bytes include the
-disk tier."""
+both tiers' usage and hit ratios, bytes fetched and fetches in flight, and
+when there is no disk tier, why (issue 16); evict drops a file's blocks from
+RAM and disk (its user.mcfs.cached goes to 0) so the next read goes to the
+store; per-file cached bytes include the disk tier."""
 import os
 import re
 
@@ -33,7 +33,33 @@ def test_status_without_disk_tier(tmp):
     write_random(str(tmp / "src" / "a.bin"), 10, seed=1)
     with mcfs_mount(str(tmp / "src"), str(tmp / "mnt"), opts=OPTS) as m:
         r = run_mcfs("status", m.path)
-        assert r.returncode == 0 and "disk tier:  off" in r.stdout, r.stdout
+        assert r.returncode == 0 and "disk tier:  off (no cache_dir set)" in r.stdout, r.stdout
+
+
+def test_status_says_why_the_disk_tier_is_off(tmp):
+    """A second daemon of the same store on one cache_dir runs RAM only, and
+    its status names the lock, not "no cache_dir"; a cache_dir that cannot be
+    made says so, with the errno."""
+    write_random(str(tmp / "src" / "a.bin"), 10, seed=1)
+    (tmp / "mnt2").mkdir()
+    opts = OPTS + ["cache_dir=" + str(tmp / "cache")]
+    with mcfs_mount(str(tmp / "src"), str(tmp / "mnt"), opts=opts) as m1:
+        with mcfs_mount(str(tmp / "src"), str(tmp / "mnt2"), opts=opts) as m2:
+            assert "in use by another mcfs" in m2.log()
+            r = run_mcfs("status", m2.path)
+            assert r.returncode == 0, r.stderr
+            assert ("disk tier:  off (cache_dir in use by another mcfs daemon of this store)"
+                    in r.stdout), r.stdout
+        r = run_mcfs("status", m1.path)
+        assert re.search(r"disk tier: +on;", r.stdout), r.stdout
+    blocker = tmp / "not-a-dir"
+    blocker.write_text("x")
+    with mcfs_mount(str(tmp / "src"), str(tmp / "mnt"),
+                    opts=OPTS + ["cache_dir=%s/sub" % blocker]) as m:
+        r = run_mcfs("status", m.path)
+        assert r.returncode == 0, r.stderr
+        assert ("disk tier:  off (cache_dir (or the store's directory in it) could not be made "
+                "or used: Not a directory)" in r.stdout), r.stdout
 
 
 def test_evict_drops_both_tiers(tmp):
