@@ -182,10 +182,15 @@ MCFS_MUST_CHECK int cache_prefetch(struct cache *c, struct cache_file *f, uint64
  */
 MCFS_MUST_CHECK int cache_warm(struct cache *c, struct cache_file *f, uint64_t index);
 
+/* Bytes cache_evict_file() dropped, per tier: a block held by both counts in each. */
+struct cache_evicted {
+	uint64_t ram_bytes;
+	uint64_t disk_bytes; /* 0 without a disk tier */
+};
+
 /* Drops every unreferenced cached block of @f from RAM, and every block of its
- * path (any version) from the disk tier. Returns the bytes dropped (summed
- * over the tiers). */
-uint64_t cache_evict_file(struct cache *c, struct cache_file *f);
+ * path (any version) from the disk tier, and says how much in *out. Can't fail. */
+void cache_evict_file(struct cache *c, struct cache_file *f, struct cache_evicted *out);
 
 /* A snapshot of every counter of the cache, its tiers and its store. Can't fail. */
 void cache_get_stats(struct cache *c, struct cache_stats *out);

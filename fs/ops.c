@@ -28,7 +28,7 @@
 #define XATTR_VERSION "user.mcfs.version"
 /*
  * Reading this (unlisted) name of a file drops the file's cached blocks from
- * both tiers and answers the bytes dropped: `mcfs evict`. A read, not a
+ * both tiers and answers the bytes dropped from each: `mcfs evict`. A read, not a
  * setxattr, because the mount is read-only and the VFS refuses setxattr on
  * it (EROFS) before we see it. Unlisted, so `getfattr -d` never triggers it;
  * a size probe (size 0) drops nothing; and only root or the daemon's own
@@ -423,6 +423,7 @@ static void fs_statfs(fuse_req_t req, fuse_ino_t ino)
 static int xattr_value(struct fs_session *s, fuse_ino_t ino, const char *name, char *buf,
 		       size_t len)
 {
+	struct cache_evicted ev;
 	struct cache_file *f;
 	int rc, n;
 
@@ -434,9 +435,10 @@ static int xattr_value(struct fs_session *s, fuse_ino_t ino, const char *name, c
 	rc = fs_inode_file(s, ino, &f);
 	if (rc < 0)
 		return rc == -EISDIR || rc == -EINVAL ? -ENODATA : rc;
-	if (strcmp(name, XATTR_EVICT) == 0)
-		n = snprintf(buf, len, "%" PRIu64, cache_evict_file(s->cache, f));
-	else if (strcmp(name, XATTR_CACHED) == 0)
+	if (strcmp(name, XATTR_EVICT) == 0) {
+		cache_evict_file(s->cache, f, &ev);
+		n = fs_evict_text(&ev, buf, len);
+	} else if (strcmp(name, XATTR_CACHED) == 0)
 		n = snprintf(buf, len, "%" PRIu64, cache_file_cached_bytes(s->cache, f));
 	else
 		n = snprintf(buf, len, "%s", cache_file_version(f));
@@ -457,7 +459,7 @@ static void fs_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name, size_t
 			return;
 		}
 		if (size == 0) {
-			fuse_reply_xattr(req, 20); /* room for any uint64_t */
+			fuse_reply_xattr(req, FS_EVICT_TEXT_MAX); /* room for any answer */
 			return;
 		}
 	}

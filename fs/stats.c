@@ -1,6 +1,7 @@
 /*
  * stats.c - the counter table (cache/counters.h) rendered for the mount:
- * the user.mcfs.stats text and its parser, and the table's Prometheus lines.
+ * the user.mcfs.stats text and its parser, the table's Prometheus lines, and
+ * the user.mcfs.evict answer and its parser.
  *
  * Design: CACHE_COUNTERS expands once here into rows[], a constant array
  * that says for each row its key, its Prometheus family and label, its help
@@ -184,4 +185,18 @@ void fs_stats_prom(FILE *fp, const struct fs_stats *st)
 				fprintf(fp, "mcfs_%s %" PRIu64 "\n", r->prom, value(st, r));
 		}
 	}
+}
+
+int fs_evict_text(const struct cache_evicted *ev, char *buf, size_t len)
+{
+	return snprintf(buf, len, "ram_bytes %" PRIu64 "\ndisk_bytes %" PRIu64 "\n", ev->ram_bytes,
+			ev->disk_bytes);
+}
+
+int fs_evict_parse(const char *text, struct cache_evicted *out)
+{
+	if (find(text, "ram_bytes", &out->ram_bytes) < 0 ||
+	    find(text, "disk_bytes", &out->disk_bytes) < 0)
+		return -EINVAL;
+	return 0;
 }

@@ -6,7 +6,9 @@
  *    table order, after "pid"; and its parser, for `mcfs status`, which
  *    refuses a text that lacks a key rather than reading it as 0;
  *  - the Prometheus lines of every row that names a family (fs/metrics.c
- *    adds the families it derives from several rows).
+ *    adds the families it derives from several rows);
+ *  - the answer of user.mcfs.evict (bytes dropped per tier) and its parser,
+ *    for `mcfs evict`.
  *
  * The daemon renders, the CLI parses: both are this mcfs binary, but the
  * daemon may be an older or newer one. Keys the parser does not know are
@@ -66,5 +68,18 @@ MCFS_MUST_CHECK int fs_stats_parse(const char *text, struct fs_stats *out, const
  * only when there is a disk tier (disk_state != 0). Errors stay in @fp.
  */
 void fs_stats_prom(FILE *fp, const struct fs_stats *st);
+
+/* Longest answer of user.mcfs.evict, NUL not counted: what a size probe gets. */
+#define FS_EVICT_TEXT_MAX                                                                          \
+	(sizeof("ram_bytes 18446744073709551615\ndisk_bytes 18446744073709551615\n") - 1)
+
+/*
+ * Renders what cache_evict_file() dropped as user.mcfs.evict's answer:
+ * "ram_bytes N\ndisk_bytes N\n". Returns the length, as fs_stats_text().
+ */
+int fs_evict_text(const struct cache_evicted *ev, char *buf, size_t len);
+
+/* Parses that answer. Returns 0, or -EINVAL for anything else (an older daemon). */
+MCFS_MUST_CHECK int fs_evict_parse(const char *text, struct cache_evicted *out);
 
 #endif

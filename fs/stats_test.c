@@ -7,7 +7,9 @@
  *  - a key missing or not a number is an error naming the key, never a 0;
  *    a key the parser does not know (a newer daemon) is fine;
  *  - Prometheus: each family once with HELP and TYPE, counters named
- *    _total, the disk tier's samples only with a disk tier.
+ *    _total, the disk tier's samples only with a disk tier;
+ *  - the evict answer: per tier, back and forth; an older daemon's single
+ *    number is refused.
  * Exits 0 (pass) or 1 (fail).
  */
 #define _GNU_SOURCE
@@ -241,12 +243,31 @@ static void test_prometheus(void)
 	free(text);
 }
 
+static void test_evict_answer(void)
+{
+	struct cache_evicted ev = {6 << 20, 6 << 20}, back;
+	struct cache_evicted max = {UINT64_MAX, UINT64_MAX};
+	char buf[FS_EVICT_TEXT_MAX + 1];
+	int n;
+
+	n = fs_evict_text(&ev, buf, sizeof(buf));
+	CHECK(n > 0 && (size_t)n < sizeof(buf));
+	CHECK(fs_evict_parse(buf, &back) == 0 && back.ram_bytes == ev.ram_bytes &&
+		  back.disk_bytes == ev.disk_bytes,
+	      "%s", buf);
+	n = fs_evict_text(&max, buf, sizeof(buf));
+	CHECK((size_t)n == FS_EVICT_TEXT_MAX, "%d", n);
+	CHECK(fs_evict_parse("12582912", &back) == -EINVAL, "an older daemon's answer");
+	CHECK(fs_evict_parse("ram_bytes 1\n", &back) == -EINVAL, "no disk_bytes");
+}
+
 int main(void)
 {
 	test_keys_kept_in_order();
 	test_round_trip();
 	test_missing_key_is_an_error();
 	test_prometheus();
+	test_evict_answer();
 	if (failures) {
 		fprintf(stderr, "stats_test: %d check(s) failed\n", failures);
 		return T_EXIT_FAIL;

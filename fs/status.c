@@ -9,7 +9,7 @@
  *           store and what is in flight;
  *   evict:  reads user.mcfs.evict of each file (directories: every file
  *           below), which drops the file's blocks from both tiers and
- *           answers the bytes dropped (see ops.c for why a read).
+ *           answers the bytes dropped from each (see ops.c for why a read).
  */
 #define _GNU_SOURCE
 #include "cli.h"
@@ -126,14 +126,15 @@ int fs_cmd_status(int argc, char **argv)
 
 /* nftw gives no user argument: the walk's totals live here for its duration. */
 struct evict_totals {
-	unsigned long long bytes;
+	unsigned long long ram, disk; /* bytes dropped from each tier */
 	unsigned files, errors;
 };
 static struct evict_totals *walk_totals;
 
 static int evict_one(const char *path, struct evict_totals *t)
 {
-	char buf[64];
+	struct cache_evicted ev;
+	char buf[FS_EVICT_TEXT_MAX + 1];
 	ssize_t len = getxattr(path, "user.mcfs.evict", buf, sizeof(buf) - 1);
 
 	if (len < 0) {
@@ -144,7 +145,17 @@ static int evict_one(const char *path, struct evict_totals *t)
 		return -1;
 	}
 	buf[len] = '\0';
-	t->bytes += strtoull(buf, NULL, 10);
+	if (fs_evict_parse(buf, &ev) < 0) {
+		/* dropped, but by how much is unknown: an older daemon's answer */
+		fprintf(stderr,
+			"mcfs evict: %s: the daemon answered '%.20s', not bytes per tier (is it a "
+			"daemon of another mcfs version?)\n",
+			path, buf);
+		t->errors++;
+		return -1;
+	}
+	t->ram += ev.ram_bytes;
+	t->disk += ev.disk_bytes;
 	t->files++;
 	return 0;
 }
@@ -159,9 +170,9 @@ static int walk_fn(const char *path, const struct stat *st, int type, struct FTW
 
 int fs_cmd_evict(int argc, char **argv)
 {
-	struct evict_totals t = {0, 0, 0};
+	struct evict_totals t = {0, 0, 0, 0};
 	struct stat st;
-	char b[32];
+	char r[32], d[32];
 	int i;
 
 	if (argc < 2 || argv[1][0] == '-') {
@@ -181,7 +192,10 @@ int fs_cmd_evict(int argc, char **argv)
 			evict_one(argv[i], &t);
 		}
 	}
-	printf("evicted %u file%s, %s dropped\n", t.files, t.files == 1 ? "" : "s",
-	       mcfs_fmt_bytes(t.bytes, b, sizeof(b)));
+	/* Per tier: a block held by both is dropped twice, and a sum would say
+	 * twice the file's size. */
+	printf("evicted %u file%s: %s dropped from RAM, %s from disk\n", t.files,
+	       t.files == 1 ? "" : "s", mcfs_fmt_bytes(t.ram, r, sizeof(r)),
+	       mcfs_fmt_bytes(t.disk, d, sizeof(d)));
 	return t.errors ? 1 : 0;
 }

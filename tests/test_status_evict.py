@@ -2,7 +2,8 @@
 both tiers' usage and hit ratios, bytes fetched and fetches in flight, and
 when there is no disk tier, why (issue 16); evict drops a file's blocks from
 RAM and disk (its user.mcfs.cached goes to 0) so the next read goes to the
-store; per-file cached bytes include the disk tier."""
+store, and says how much it dropped from each tier (issue 16); per-file
+cached bytes include the disk tier."""
 import os
 import re
 
@@ -62,6 +63,24 @@ def test_status_says_why_the_disk_tier_is_off(tmp):
                 "or used: Not a directory)" in r.stdout), r.stdout
 
 
+def test_evict_reports_each_tier(tmp):
+    """A 6 MiB file held by both tiers: evict says 6 MiB from RAM and 6 MiB
+    from disk (not "12 MiB dropped"), and both tiers are empty of it after."""
+    a = write_random(str(tmp / "src" / "a.bin"), 6 * MiB, seed=5)
+    opts = OPTS + ["cache_dir=" + str(tmp / "cache"), "keep_cache=false"]
+    with mcfs_mount(str(tmp / "src"), str(tmp / "mnt"), opts=opts) as m:
+        assert open(m.p("a.bin"), "rb").read() == a
+        st = settle(m)
+        assert st["slots_used"] == 6 and st["disk_slots_used"] == 6, st
+        r = run_mcfs("evict", m.p("a.bin"))
+        assert r.returncode == 0, r.stderr
+        assert "evicted 1 file: 6.0 MiB dropped from RAM, 6.0 MiB from disk" in r.stdout, \
+            r.stdout
+        st = m.stats()
+        assert st["slots_used"] == 0 and st["disk_slots_used"] == 0, st
+        assert cached_bytes(m.p("a.bin")) == 0
+
+
 def test_evict_drops_both_tiers(tmp):
     a = write_random(str(tmp / "src" / "d" / "a.bin"), 3 * MiB, seed=1)
     b = write_random(str(tmp / "src" / "d" / "b.bin"), 2 * MiB, seed=2)
@@ -75,7 +94,8 @@ def test_evict_drops_both_tiers(tmp):
     with mcfs_mount(str(tmp / "src"), str(tmp / "mnt"), opts=opts) as m:
         assert cached_bytes(m.p("d", "a.bin")) == 3 * MiB
         r = run_mcfs("evict", m.p("d", "a.bin"))
-        assert r.returncode == 0 and "evicted 1 file, 3.0 MiB dropped" in r.stdout, r.stdout
+        assert r.returncode == 0, r.stderr
+        assert "evicted 1 file: 0 B dropped from RAM, 3.0 MiB from disk" in r.stdout, r.stdout
         assert cached_bytes(m.p("d", "a.bin")) == 0
         assert cached_bytes(m.p("d", "b.bin")) == 2 * MiB
         reads = m.stats()["store_reads"]
@@ -123,6 +143,7 @@ def test_evict_needs_root_and_a_probe_drops_nothing(tmp):
             assert r.returncode != 0 and "Operation not permitted" in r.stderr, r.stderr
             assert cached_bytes(m.p("a.bin")) == 2 * MiB, "another user evicted"
             r = run_mcfs("evict", m.p("a.bin"))
-            assert r.returncode == 0 and "2.0 MiB dropped" in r.stdout, r.stdout
+            assert r.returncode == 0, r.stderr
+            assert "2.0 MiB dropped from RAM, 0 B from disk" in r.stdout, r.stdout
     finally:
         shutil.rmtree(top, ignore_errors=True)
