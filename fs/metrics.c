@@ -63,7 +63,7 @@ static uint64_t sub0(uint64_t a, uint64_t b)
 	return a > b ? a - b : 0;
 }
 
-/* A counter family split by result: ok is the total less the errors. */
+/* A counter family split by result: the ok and the error sample. */
 static void by_result(FILE *fp, const char *name, const char *help, uint64_t ok, uint64_t errors)
 {
 	head(fp, name, "counter", help);

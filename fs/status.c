@@ -113,8 +113,8 @@ int fs_cmd_status(int argc, char **argv)
 	free(text);
 	if (rc < 0) {
 		fprintf(stderr,
-			"mcfs status: %s: the daemon's counters %s '%s' (is it a daemon of another "
-			"mcfs version? it was started before this one was installed if so)\n",
+			"mcfs status: %s: the daemon's counters %s '%s': a daemon of another mcfs "
+			"version? (remount to run this one)\n",
 			argv[1], rc == -ENOENT ? "lack" : "have no number for", key);
 		return 1;
 	}

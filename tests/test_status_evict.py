@@ -7,6 +7,8 @@ cached bytes include the disk tier."""
 import os
 import re
 
+import pytest
+
 from conftest import mcfs_mount, run_mcfs
 from disk_helpers import OPTS, settle
 from gen import MiB, cached_bytes, write_random
@@ -35,6 +37,34 @@ def test_status_without_disk_tier(tmp):
     with mcfs_mount(str(tmp / "src"), str(tmp / "mnt"), opts=OPTS) as m:
         r = run_mcfs("status", m.path)
         assert r.returncode == 0 and "disk tier:  off (no cache_dir set)" in r.stdout, r.stdout
+
+
+def test_status_refuses_counters_it_lacks(tmp):
+    """status reads every counter by name and fails, naming it, when one is
+    missing or not a number (a daemon of another version), instead of
+    printing it as 0. The text is a real daemon's, set on a plain directory
+    (user xattrs of the local filesystem) with one line dropped or spoiled."""
+    write_random(str(tmp / "src" / "a.bin"), 10, seed=1)
+    with mcfs_mount(str(tmp / "src"), str(tmp / "mnt"), opts=OPTS) as m:
+        text = os.getxattr(m.path, "user.mcfs.stats").decode()
+    fake = tmp / "fake"
+    fake.mkdir()
+    try:
+        os.setxattr(str(fake), "user.mcfs.stats", text.encode())
+    except OSError as e:
+        pytest.skip("no user xattrs on %s: %s" % (tmp, e))
+    r = run_mcfs("status", str(fake))
+    assert r.returncode == 0 and "RAM tier:" in r.stdout, r.stdout + r.stderr
+    for key in ("disk_misses", "pid", "disk_off_reason"):
+        lines = [ln for ln in text.splitlines() if ln.split()[0] != key]
+        os.setxattr(str(fake), "user.mcfs.stats", "\n".join(lines).encode() + b"\n")
+        r = run_mcfs("status", str(fake))
+        assert r.returncode == 1 and r.stdout == "", r.stdout
+        assert "counters lack '%s'" % key in r.stderr, r.stderr
+    spoiled = text.replace("\nhits ", "\nhits x")
+    os.setxattr(str(fake), "user.mcfs.stats", spoiled.encode())
+    r = run_mcfs("status", str(fake))
+    assert r.returncode == 1 and "have no number for 'hits'" in r.stderr, r.stderr
 
 
 def test_status_says_why_the_disk_tier_is_off(tmp):
