@@ -158,54 +158,56 @@ static void test_missing_key_is_an_error(void)
 	CHECK(rc == 0, "an unknown key: rc %d", rc);
 }
 
-/* Renders the Prometheus lines of @st into a new string (caller frees). */
-static char *prom(const struct fs_stats *st)
+/* The Prometheus lines of the last prom() (an array, so never NULL). */
+static char expo[TEXT_MAX];
+
+/* Renders the Prometheus lines of @st into expo, NUL ended. */
+static void prom(const struct fs_stats *st)
 {
-	char *buf = NULL;
-	size_t len = 0;
-	FILE *fp = open_memstream(&buf, &len);
+	FILE *fp = fmemopen(expo, sizeof(expo), "w");
 
 	if (!fp)
 		abort();
 	fs_stats_prom(fp, st);
-	fclose(fp);
-	return buf;
+	if (fclose(fp) != 0 || strlen(expo) >= sizeof(expo) - 1) /* cut short: raise TEXT_MAX */
+		abort();
 }
 
 /* Each family once, TYPE after HELP, samples after both, counters end in _total. */
-static void check_exposition(const char *text)
+static void check_exposition(void)
 {
 	char fam[128], seen[64][128], type[16];
-	const char *line, *end;
-	size_t nseen = 0, i, flen;
+	size_t at, eol, nseen = 0, i, flen = 0;
 	bool counter = false;
+	const char *line;
 
 	fam[0] = '\0';
-	for (line = text; *line; line = end + 1) {
-		end = strchrnul(line, '\n');
+	for (at = 0; expo[at]; at = eol + 1) {
+		eol = at + strcspn(expo + at, "\n");
+		line = expo + at;
 		if (strncmp(line, "# HELP mcfs_", 12) == 0) {
-			flen = strcspn(line + 7, " ");
-			snprintf(fam, sizeof(fam), "%.*s", (int)flen, line + 7);
+			flen = strcspn(expo + at + 7, " ");
+			snprintf(fam, sizeof(fam), "%.*s", (int)flen, expo + at + 7);
 			for (i = 0; i < nseen; i++)
 				CHECK(strcmp(seen[i], fam) != 0, "family %s twice", fam);
 			if (nseen < MCFS_ARRAY_SIZE(seen))
 				snprintf(seen[nseen++], sizeof(seen[0]), "%s", fam);
-			CHECK(line + 7 + flen + 1 < end, "%s has no help", fam);
+			CHECK(at + 7 + flen + 1 < eol, "%s has no help", fam);
 		} else if (strncmp(line, "# TYPE ", 7) == 0) {
-			CHECK(strncmp(line + 7, fam, strlen(fam)) == 0, "TYPE of %s in %s", line,
-			      fam);
-			CHECK(sscanf(line + 7 + strlen(fam), " %15s", type) == 1);
+			CHECK(strncmp(expo + at + 7, fam, flen) == 0, "TYPE of %.*s in %s",
+			      (int)(eol - at), expo + at, fam);
+			CHECK(sscanf(expo + at + 7 + flen, " %15s", type) == 1);
 			counter = strcmp(type, "counter") == 0;
 			CHECK(counter || strcmp(type, "gauge") == 0, "type %s", type);
-			CHECK(counter ==
-				  (strlen(fam) > 6 && strcmp(fam + strlen(fam) - 6, "_total") == 0),
+			CHECK(counter == (flen > 6 && strncmp(fam + flen - 6, "_total", 6) == 0),
 			      "%s is a %s", fam, type);
 		} else {
-			CHECK(fam[0] && strncmp(line, fam, strlen(fam)) == 0 &&
-				  (line[strlen(fam)] == ' ' || line[strlen(fam)] == '{'),
-			      "sample '%.*s' outside its family %s", (int)(end - line), line, fam);
+			CHECK(flen && strncmp(line, fam, flen) == 0 &&
+				  (expo[at + flen] == ' ' || expo[at + flen] == '{'),
+			      "sample '%.*s' outside its family %s", (int)(eol - at), expo + at,
+			      fam);
 		}
-		if (!*end)
+		if (!expo[eol])
 			break;
 	}
 }
@@ -213,7 +215,6 @@ static void check_exposition(const char *text)
 static void test_prometheus(void)
 {
 	struct fs_stats st;
-	char *text;
 
 	memset(&st, 0, sizeof(st));
 	st.cache.hits = 7;
@@ -222,25 +223,23 @@ static void test_prometheus(void)
 	st.cache.disk.bytes_limit = 10;
 	st.cache.disk.read_bytes = 11;
 	st.cache.fetches = 12; /* exported by result, by fs/metrics.c: not here */
-	text = prom(&st);
-	check_exposition(text);
-	CHECK(strstr(text, "\nmcfs_cache_hits_total{tier=\"ram\"} 7\n"), "%s", text);
-	CHECK(strstr(text, "\nmcfs_cache_capacity_bytes{tier=\"ram\"} 9\n"), "%s", text);
-	CHECK(!strstr(text, "tier=\"disk\""), "a disk sample without a disk tier:\n%s", text);
-	CHECK(!strstr(text, "mcfs_disk_"), "a disk family without a disk tier:\n%s", text);
-	CHECK(!strstr(text, " 12\n"), "fetches exported as is:\n%s", text);
-	free(text);
+	prom(&st);
+	check_exposition();
+	CHECK(strstr(expo, "\nmcfs_cache_hits_total{tier=\"ram\"} 7\n"), "%s", expo);
+	CHECK(strstr(expo, "\nmcfs_cache_capacity_bytes{tier=\"ram\"} 9\n"), "%s", expo);
+	CHECK(!strstr(expo, "tier=\"disk\""), "a disk sample without a disk tier:\n%s", expo);
+	CHECK(!strstr(expo, "mcfs_disk_"), "a disk family without a disk tier:\n%s", expo);
+	CHECK(!strstr(expo, " 12\n"), "fetches exported as is:\n%s", expo);
 
 	st.cache.disk_state = 1;
-	text = prom(&st);
-	check_exposition(text);
-	CHECK(strstr(text, "\nmcfs_cache_hits_total{tier=\"disk\"} 8\n"), "%s", text);
-	CHECK(strstr(text, "\nmcfs_cache_capacity_bytes{tier=\"disk\"} 10\n"), "%s", text);
-	CHECK(strstr(text, "\nmcfs_disk_read_bytes_total 11\n"), "%s", text);
-	CHECK(strstr(text, "# HELP mcfs_cache_hits_total Block gets answered from a cache tier.\n"
+	prom(&st);
+	check_exposition();
+	CHECK(strstr(expo, "\nmcfs_cache_hits_total{tier=\"disk\"} 8\n"), "%s", expo);
+	CHECK(strstr(expo, "\nmcfs_cache_capacity_bytes{tier=\"disk\"} 10\n"), "%s", expo);
+	CHECK(strstr(expo, "\nmcfs_disk_read_bytes_total 11\n"), "%s", expo);
+	CHECK(strstr(expo, "# HELP mcfs_cache_hits_total Block gets answered from a cache tier.\n"
 			   "# TYPE mcfs_cache_hits_total counter\n"),
-	      "%s", text);
-	free(text);
+	      "%s", expo);
 }
 
 static void test_evict_answer(void)
