@@ -36,9 +36,18 @@ struct row {
 	bool disk;		      /* a DISK row: exported only with a disk tier */
 };
 
-#define OFF_CACHE(field) offsetof(struct fs_stats, cache.field)
-#define OFF_DISK(field) offsetof(struct fs_stats, cache.disk.field)
-#define OFF_FS(field) offsetof(struct fs_stats, field)
+/* Where a row's value is in struct fs_stats, by its source. */
+#define IN_CACHE(field) cache.field
+#define IN_DISK(field) cache.disk.field
+#define IN_FS(field) field
+#define OFF_CACHE(field) offsetof(struct fs_stats, IN_CACHE(field))
+#define OFF_DISK(field) offsetof(struct fs_stats, IN_DISK(field))
+#define OFF_FS(field) offsetof(struct fs_stats, IN_FS(field))
+/* value() reads 8 bytes at a row's offset: make sure that is its size. */
+#define SIZE_CHECK(src, field, ...)                                                                \
+	_Static_assert(sizeof(((struct fs_stats *)0)->IN_##src(field)) == sizeof(uint64_t),        \
+		       "counter " #field " is not a uint64_t");
+CACHE_COUNTERS(SIZE_CHECK)
 #define IS_DISK_CACHE false
 #define IS_DISK_DISK true
 #define IS_DISK_FS false
