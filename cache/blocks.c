@@ -611,23 +611,24 @@ int cache_warm(struct cache *c, struct cache_file *f, uint64_t index)
 	return start_background(c, f, index, true);
 }
 
-uint64_t cache_evict_file(struct cache *c, struct cache_file *f)
+void cache_evict_file(struct cache *c, struct cache_file *f, struct cache_evicted *out)
 {
 	struct cache_block *b;
-	uint64_t i, dropped = 0;
+	uint64_t i;
 
+	out->ram_bytes = 0;
+	out->disk_bytes = 0;
 	pthread_mutex_lock(&c->lock);
 	for (i = 0; i < f->nblocks; i++) {
 		b = hash_find(c, f, i);
 		if (!b || b->state != SLOT_READY || b->refs > 0)
 			continue;
-		dropped += held_bytes(b);
+		out->ram_bytes += held_bytes(b);
 		discard(c, b);
 	}
 	pthread_mutex_unlock(&c->lock);
 	if (c->disk) /* all versions of the path */
-		dropped += cache_disk_evict_path(c->disk, f->path);
-	return dropped;
+		out->disk_bytes = cache_disk_evict_path(c->disk, f->path);
 }
 
 uint64_t cache_file_cached_bytes(struct cache *c, struct cache_file *f)
@@ -664,7 +665,9 @@ void cache_get_stats(struct cache *c, struct cache_stats *out)
 	out->inflight = c->inflight;
 	out->prefetch_bytes = c->prefetch_bytes;
 	pthread_mutex_unlock(&c->lock);
-	out->ram_prefault = atomic_load(&c->prefault_state);
+	out->ram_bytes_limit = c->nslots * c->bs;
+	out->ram_bytes_used = out->slots_used * c->bs;
+	out->ram_prefault = (uint64_t)atomic_load(&c->prefault_state);
 	out->ram_faulted_bytes = atomic_load_explicit(&c->prefault_bytes, memory_order_relaxed);
 	cache_tier_stats(c, out);
 	remote_get_stats(c->remote, &rs);

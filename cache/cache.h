@@ -27,6 +27,7 @@
 #include <stdint.h>
 
 #include "cfg.h"
+#include "counters.h"
 #include "remote.h"
 
 struct cache;
@@ -52,41 +53,17 @@ enum cache_prefault_state {
 	CACHE_PREFAULT_STOPPED = 3,
 };
 
+/*
+ * A snapshot of the counters: one member per CACHE row of CACHE_COUNTERS
+ * (cache/counters.h, which says what each means), the disk tier's DISK rows
+ * in .disk, and the two histograms, which no row can hold.
+ */
 struct cache_stats {
-	uint64_t block_size;	  /* bytes */
-	uint64_t slots;		  /* RAM-tier slots */
-	uint64_t slots_used;	  /* slots holding a block (loading or ready) */
-	uint64_t hits;		  /* gets answered from a ready slot */
-	uint64_t misses;	  /* gets that started a fetch */
-	uint64_t waits;		  /* gets that joined another's fetch (single flight) */
-	uint64_t evictions;	  /* ready blocks dropped for room */
-	uint64_t fetches;	  /* block fetches from the store, done or failed */
-	uint64_t fetch_errors;	  /* of which failed */
-	uint64_t fetched_bytes;	  /* bytes of blocks fetched */
-	uint64_t prefetches;	  /* fetches started by readahead or prefetch */
-	uint64_t prefetch_unused; /* prefetched blocks evicted before any read */
-	uint64_t inflight;	  /* fetches running now */
-	uint64_t prefetch_bytes;  /* readahead memory in use now (budget: prefetch_mem) */
+	CACHE_COUNTERS(CACHE_CTR_MEMBER)
+	struct cache_disk_stats disk;	       /* all 0 when there is no disk tier */
 	uint64_t fetch_lat[CACHE_LAT_BUCKETS]; /* fetches by latency, non-cumulative */
 	double fetch_lat_sum;		       /* seconds, all fetches */
 	uint64_t ra_window[CACHE_RA_BUCKETS];  /* window sizes seen (log2 buckets) */
-	int ram_prefault;		       /* enum cache_prefault_state */
-	uint64_t ram_faulted_bytes;	       /* of the RAM tier, by ram_prefault */
-	/* Disk tier (all 0 when there is none): see struct cache_disk_stats. */
-	int disk_state; /* 0 off, 1 on, 2 full (ENOSPC: RAM only now) */
-	uint64_t disk_slots, disk_slots_used, disk_bytes_limit, disk_bytes_used;
-	uint64_t disk_hits;   /* RAM misses answered by the disk tier */
-	uint64_t disk_misses; /* RAM misses it did not hold (went to the store) */
-	uint64_t disk_read_bytes, disk_writes, disk_written_bytes, disk_write_drops;
-	uint64_t disk_csum_errors; /* blocks dropped for a bad checksum (refetched) */
-	uint64_t disk_io_errors, disk_evictions;
-	uint64_t disk_queued; /* write-behind jobs queued or being written */
-	/* The store (cache/remote), read without a lock: see struct remote_stats. */
-	uint64_t store_requests; /* operations issued (stat, list, read), retries included */
-	uint64_t store_reads;	 /* ranged reads issued */
-	uint64_t store_bytes;	 /* bytes received by reads */
-	uint64_t store_errors;	 /* operations that failed for good */
-	uint64_t store_retries;	 /* retried attempts */
 };
 
 /*
@@ -209,13 +186,21 @@ MCFS_MUST_CHECK int cache_prefetch(struct cache *c, struct cache_file *f, uint64
  */
 MCFS_MUST_CHECK int cache_warm(struct cache *c, struct cache_file *f, uint64_t index);
 
+/* Bytes cache_evict_file() dropped, per tier: a block held by both counts in each. */
+struct cache_evicted {
+	uint64_t ram_bytes;
+	uint64_t disk_bytes; /* 0 without a disk tier */
+};
+
 /* Drops every unreferenced cached block of @f from RAM, and every block of its
- * path (any version) from the disk tier. Returns the bytes dropped (summed
- * over the tiers). */
-uint64_t cache_evict_file(struct cache *c, struct cache_file *f);
+ * path (any version) from the disk tier, and says how much in *out. Can't fail. */
+void cache_evict_file(struct cache *c, struct cache_file *f, struct cache_evicted *out);
 
 /* A snapshot of every counter of the cache, its tiers and its store. Can't fail. */
 void cache_get_stats(struct cache *c, struct cache_stats *out);
+
+/* What @reason (enum cache_disk_off) means, in a few words: static, never NULL. */
+const char *cache_disk_off_text(int reason);
 
 /* The store's kind: "posix", "http" or "s3". Borrowed: static. Can't fail. */
 const char *cache_store_kind(const struct cache *c);

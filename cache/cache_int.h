@@ -107,6 +107,9 @@ struct cache {
 	struct cache_meta *meta;
 	struct cache_disk *disk;
 	int lockfd; /* flock'd CACHE_DIR/lock: one daemon per cache_dir; -1 if none */
+	/* Why disk is NULL (enum cache_disk_off) and the errno behind it, or 0:
+	 * set with it, fixed afterwards. */
+	int disk_off, disk_off_errno;
 };
 
 /* blocks.c: list helpers and the fetch thread, used by cache.c's setup. */
@@ -136,7 +139,7 @@ void cache_tier_behind(struct cache *c, struct cache_block *b);
 void cache_disk_done(void *ctx, void *arg);
 /* Disk-tier bytes of f's blocks that in_ram[] says RAM lacks. No lock held. */
 uint64_t cache_tier_file_bytes(struct cache *c, struct cache_file *f, const bool *in_ram);
-/* Adds the disk tier's counters. No lock held. */
+/* Adds the disk tier's counters, or why there is none. No lock held. */
 void cache_tier_stats(struct cache *c, struct cache_stats *out);
 
 /* Page bitmaps (blocks.c): does b hold all of [lo, hi)? all of its block? */

@@ -22,6 +22,11 @@
 struct gpu;
 struct fs_inodes;
 
+#define FS_SESSION_COUNTER(src, field, ...) FS_SESSION_COUNTER_##src(field)
+#define FS_SESSION_COUNTER_CACHE(field)
+#define FS_SESSION_COUNTER_DISK(field)
+#define FS_SESSION_COUNTER_FS(field) _Atomic uint64_t field;
+
 struct fs_session {
 	struct cfg cfg;		  /* validated once in main(); read-only afterwards */
 	struct remote *remote;	  /* the store */
@@ -34,10 +39,9 @@ struct fs_session {
 	pthread_mutex_t handles_lock; /* guards handles */
 	struct fs_handle *handles;    /* open files, so that teardown frees what the
 					 kernel never released (unmounted with files open) */
-	/* GPU loads served (MCFS_IOC_LOAD), for the metrics: relaxed atomics. */
-	_Atomic uint64_t gpu_loads, gpu_load_errors, gpu_load_bytes, gpu_load_ns;
-	_Atomic uint64_t reads;	     /* FUSE READ requests answered with data */
-	_Atomic uint64_t read_bytes; /* bytes of those answers */
+	/* fs/'s counters, one relaxed atomic per FS row of CACHE_COUNTERS
+	 * (cache/counters.h: reads, read_bytes, gpu_loads...). */
+	CACHE_COUNTERS(FS_SESSION_COUNTER)
 };
 
 /* One open file: what fi->fh points to. Created by open, freed by release. */

@@ -12,6 +12,7 @@
 #define _GNU_SOURCE
 #include "fs_int.h"
 #include "inode.h"
+#include "stats.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -27,7 +28,7 @@
 #define XATTR_VERSION "user.mcfs.version"
 /*
  * Reading this (unlisted) name of a file drops the file's cached blocks from
- * both tiers and answers the bytes dropped: `mcfs evict`. A read, not a
+ * both tiers and answers the bytes dropped from each: `mcfs evict`. A read, not a
  * setxattr, because the mount is read-only and the VFS refuses setxattr on
  * it (EROFS) before we see it. Unlisted, so `getfattr -d` never triggers it;
  * a size probe (size 0) drops nothing; and only root or the daemon's own
@@ -418,69 +419,26 @@ static void fs_statfs(fuse_req_t req, fuse_ino_t ino)
 	fuse_reply_statfs(req, &sv);
 }
 
-/* The disk tier's counters as "key value" lines (issue 5). Returns the length. */
-static int disk_stats_text(const struct cache_stats *cs, char *buf, size_t len)
-{
-	return snprintf(
-	    buf, len,
-	    "disk_state %d\ndisk_slots %" PRIu64 "\ndisk_slots_used %" PRIu64
-	    "\ndisk_bytes_limit %" PRIu64 "\ndisk_bytes_used %" PRIu64 "\ndisk_hits %" PRIu64
-	    "\ndisk_misses %" PRIu64 "\ndisk_read_bytes %" PRIu64 "\ndisk_writes %" PRIu64
-	    "\ndisk_written_bytes %" PRIu64 "\ndisk_write_drops %" PRIu64
-	    "\ndisk_csum_errors %" PRIu64 "\ndisk_io_errors %" PRIu64 "\ndisk_evictions %" PRIu64
-	    "\ndisk_queued %" PRIu64 "\n",
-	    cs->disk_state, cs->disk_slots, cs->disk_slots_used, cs->disk_bytes_limit,
-	    cs->disk_bytes_used, cs->disk_hits, cs->disk_misses, cs->disk_read_bytes,
-	    cs->disk_writes, cs->disk_written_bytes, cs->disk_write_drops, cs->disk_csum_errors,
-	    cs->disk_io_errors, cs->disk_evictions, cs->disk_queued);
-}
-
-/* Renders the counters as "key value" lines. Returns the length. */
-static int stats_text(struct fs_session *s, char *buf, size_t len)
-{
-	struct cache_stats cs;
-	int n;
-
-	cache_get_stats(s->cache, &cs);
-	n = snprintf(buf, len,
-		     "pid %d\nblock_size %" PRIu64 "\nslots %" PRIu64 "\nslots_used %" PRIu64
-		     "\nhits %" PRIu64 "\nmisses %" PRIu64 "\nwaits %" PRIu64 "\nevictions %" PRIu64
-		     "\nfetches %" PRIu64 "\nfetch_errors %" PRIu64 "\nfetched_bytes %" PRIu64
-		     "\nprefetches %" PRIu64 "\nprefetch_unused %" PRIu64 "\ninflight %" PRIu64
-		     "\nstore_requests %" PRIu64 "\nstore_reads %" PRIu64 "\nstore_bytes %" PRIu64
-		     "\nstore_errors %" PRIu64 "\nstore_retries %" PRIu64 "\nfuse_reads %" PRIu64
-		     "\nfuse_read_bytes %" PRIu64 "\nram_prefault %d\nram_faulted_bytes %" PRIu64
-		     "\n",
-		     (int)getpid(), cs.block_size, cs.slots, cs.slots_used, cs.hits, cs.misses,
-		     cs.waits, cs.evictions, cs.fetches, cs.fetch_errors, cs.fetched_bytes,
-		     cs.prefetches, cs.prefetch_unused, cs.inflight, cs.store_requests,
-		     cs.store_reads, cs.store_bytes, cs.store_errors, cs.store_retries,
-		     atomic_load_explicit(&s->reads, memory_order_relaxed),
-		     atomic_load_explicit(&s->read_bytes, memory_order_relaxed), cs.ram_prefault,
-		     cs.ram_faulted_bytes);
-	if (n >= 0 && (size_t)n < len)
-		n += disk_stats_text(&cs, buf + n, len - (size_t)n);
-	return n;
-}
-
 /* Value of one of our xattrs for @ino into buf; returns its length or -ENODATA. */
 static int xattr_value(struct fs_session *s, fuse_ino_t ino, const char *name, char *buf,
 		       size_t len)
 {
+	struct cache_evicted ev;
 	struct cache_file *f;
 	int rc, n;
 
 	if (ino == FUSE_ROOT_ID && strcmp(name, XATTR_STATS) == 0)
-		return stats_text(s, buf, len);
+		return fs_stats_xattr(s, buf, len);
 	if (strcmp(name, XATTR_CACHED) != 0 && strcmp(name, XATTR_VERSION) != 0 &&
 	    strcmp(name, XATTR_EVICT) != 0)
 		return -ENODATA;
 	rc = fs_inode_file(s, ino, &f);
 	if (rc < 0)
 		return rc == -EISDIR || rc == -EINVAL ? -ENODATA : rc;
-	if (strcmp(name, XATTR_EVICT) == 0)
-		n = snprintf(buf, len, "%" PRIu64, cache_evict_file(s->cache, f));
-	else if (strcmp(name, XATTR_CACHED) == 0)
+	if (strcmp(name, XATTR_EVICT) == 0) {
+		cache_evict_file(s->cache, f, &ev);
+		n = fs_evict_text(&ev, buf, len);
+	} else if (strcmp(name, XATTR_CACHED) == 0)
 		n = snprintf(buf, len, "%" PRIu64, cache_file_cached_bytes(s->cache, f));
 	else
 		n = snprintf(buf, len, "%s", cache_file_version(f));
@@ -501,7 +459,7 @@ static void fs_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name, size_t
 			return;
 		}
 		if (size == 0) {
-			fuse_reply_xattr(req, 20); /* room for any uint64_t */
+			fuse_reply_xattr(req, FS_EVICT_TEXT_MAX); /* room for any answer */
 			return;
 		}
 	}
