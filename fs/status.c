@@ -94,17 +94,20 @@ int fs_cmd_status(int argc, char **argv)
 	int rc;
 
 	if (argc != 2 || argv[1][0] == '-') {
-		fprintf(stderr, "usage: mcfs status MOUNTPOINT\n");
-		return argc == 2 && strcmp(argv[1], "-h") == 0 ? 0 : 2;
+		if (argc < 2)
+			MCFS_ERR("status needs one MOUNTPOINT");
+		else
+			MCFS_ERR("status: unexpected '%s'", argv[argc == 2 ? 1 : 2]);
+		return fs_cli_usage("status");
 	}
 	text = malloc(STATUS_MAX);
 	if (!text)
 		return 1;
 	len = getxattr(argv[1], "user.mcfs.stats", text, STATUS_MAX - 1);
 	if (len < 0) {
-		fprintf(stderr, "mcfs status: %s: %s\n", argv[1],
-			errno == ENODATA || errno == ENOTSUP ? "not an mcfs mount point"
-							     : strerror(errno));
+		MCFS_ERR("status: %s: %s", argv[1],
+			 errno == ENODATA || errno == ENOTSUP ? "not an mcfs mount point"
+							      : strerror(errno));
 		free(text);
 		return 1;
 	}
@@ -112,10 +115,9 @@ int fs_cmd_status(int argc, char **argv)
 	rc = fs_stats_parse(text, &st, &key);
 	free(text);
 	if (rc < 0) {
-		fprintf(stderr,
-			"mcfs status: %s: the daemon's counters %s '%s': a daemon of another mcfs "
-			"version? (remount to run this one)\n",
-			argv[1], rc == -ENOENT ? "lack" : "have no number for", key);
+		MCFS_ERR("status: %s: the daemon's counters %s '%s': a daemon of another mcfs "
+			 "version? (remount to run this one)",
+			 argv[1], rc == -ENOENT ? "lack" : "have no number for", key);
 		return 1;
 	}
 	print_status(argv[1], &st);
@@ -138,19 +140,18 @@ static int evict_one(const char *path, struct evict_totals *t)
 	ssize_t len = getxattr(path, "user.mcfs.evict", buf, sizeof(buf) - 1);
 
 	if (len < 0) {
-		fprintf(stderr, "mcfs evict: %s: %s\n", path,
-			errno == ENODATA || errno == ENOTSUP ? "not a file on an mcfs mount"
-							     : strerror(errno));
+		MCFS_ERR("evict: %s: %s", path,
+			 errno == ENODATA || errno == ENOTSUP ? "not a file on an mcfs mount"
+							      : strerror(errno));
 		t->errors++;
 		return -1;
 	}
 	buf[len] = '\0';
 	if (fs_evict_parse(buf, &ev) < 0) {
 		/* dropped, but by how much is unknown: an older daemon's answer */
-		fprintf(stderr,
-			"mcfs evict: %s: the daemon answered '%.20s', not bytes per tier (is it a "
-			"daemon of another mcfs version?)\n",
-			path, buf);
+		MCFS_ERR("evict: %s: the daemon answered '%.20s', not bytes per tier (is it a "
+			 "daemon of another mcfs version?)",
+			 path, buf);
 		t->errors++;
 		return -1;
 	}
@@ -176,13 +177,15 @@ int fs_cmd_evict(int argc, char **argv)
 	int i;
 
 	if (argc < 2 || argv[1][0] == '-') {
-		fprintf(stderr,
-			"usage: mcfs evict PATH...   (files, or trees, on an mcfs mount)\n");
-		return argc == 2 && strcmp(argv[1], "-h") == 0 ? 0 : 2;
+		if (argc < 2)
+			MCFS_ERR("evict needs at least one PATH");
+		else
+			MCFS_ERR("evict: unknown option '%s'", argv[1]);
+		return fs_cli_usage("evict");
 	}
 	for (i = 1; i < argc; i++) {
 		if (stat(argv[i], &st) < 0) {
-			fprintf(stderr, "mcfs evict: %s: %s\n", argv[i], strerror(errno));
+			MCFS_ERR("evict: %s: %s", argv[i], strerror(errno));
 			t.errors++;
 		} else if (S_ISDIR(st.st_mode)) {
 			walk_totals = &t;
@@ -193,7 +196,10 @@ int fs_cmd_evict(int argc, char **argv)
 		}
 	}
 	/* Per tier: a block held by both is dropped twice, and a sum would say
-	 * twice the file's size. */
+	 * twice the file's size. Nothing to sum when every path failed: the
+	 * error lines said why. */
+	if (t.files == 0 && t.errors)
+		return 1;
 	printf("evicted %u file%s: %s dropped from RAM, %s from disk\n", t.files,
 	       t.files == 1 ? "" : "s", mcfs_fmt_bytes(t.ram, r, sizeof(r)),
 	       mcfs_fmt_bytes(t.disk, d, sizeof(d)));

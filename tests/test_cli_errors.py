@@ -252,6 +252,10 @@ def test_one_error_prefix(tmp):
         ["prefetch"],
         ["prefetch", "-x", src],
         ["prefetch", str(tmp / "missing")],
+        ["status"],
+        ["status", src],
+        ["evict"],
+        ["evict", str(tmp / "missing")],
     ]
     for args in cases:
         msg = fails(args)
