@@ -8,7 +8,10 @@ connection. Faults are armed by the test and hit the next requests:
     p = FaultProxy(upstream_port).start()
     p.fail_503 = 3     # answer the next 3 requests with 503 (not forwarded)
     p.drop = 2         # forward the next 2, then cut the connection mid-body (RST)
-    p.counts           # {"requests": n, "503": n, "dropped": n}
+    p.gate.clear()     # hold every request that arrives from now on ...
+    p.gate.set()       # ... until this (stop() sets it too)
+    p.counts           # {"requests": n, "503": n, "dropped": n, "held": n}
+    p.held_lines       # the request lines of the requests held, as they arrived
     p.request_lines    # the first 1000 request lines, as received
     p.stop()
 
@@ -62,7 +65,10 @@ class FaultProxy:
         self.lock = threading.Lock()
         self.fail_503 = 0
         self.drop = 0
-        self.counts = {"requests": 0, "503": 0, "dropped": 0}
+        self.counts = {"requests": 0, "503": 0, "dropped": 0, "held": 0}
+        self.gate = threading.Event()
+        self.gate.set()
+        self.held_lines = []
         self.stopping = False
         self.thread = None
         self.conns = set()
@@ -74,6 +80,7 @@ class FaultProxy:
 
     def stop(self):
         self.stopping = True
+        self.gate.set()
         try:
             self.lsock.shutdown(socket.SHUT_RDWR)
         except OSError:
@@ -122,6 +129,11 @@ class FaultProxy:
                     self.counts["requests"] += 1
                     if len(self.request_lines) < 1000:
                         self.request_lines.append(head.split(b"\r\n", 1)[0].decode("latin-1"))
+                if not self.gate.is_set():
+                    with self.lock:
+                        self.counts["held"] += 1
+                        self.held_lines.append(head.split(b"\r\n", 1)[0].decode("latin-1"))
+                    self.gate.wait()
                 if self._take("fail_503"):
                     with self.lock:
                         self.counts["503"] += 1
