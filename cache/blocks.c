@@ -119,6 +119,7 @@ static void hash_remove(struct cache *c, struct cache_block *b)
 
 static void drop_prefetched(struct cache *c, struct cache_block *b)
 {
+	MCFS_ASSERT_HELD(&c->lock);
 	if (b->prefetched) {
 		b->prefetched = false;
 		c->prefetch_bytes -= c->bs;
@@ -135,6 +136,7 @@ static struct cache_block *take_slot(struct cache *c, bool for_prefetch)
 {
 	struct cache_block *b = list_first(&c->free);
 
+	MCFS_ASSERT_HELD(&c->lock);
 	if (b) {
 		list_del(&c->free, b);
 		return b;
@@ -158,6 +160,7 @@ static struct cache_block *take_slot(struct cache *c, bool for_prefetch)
 static void start_loading(struct cache *c, struct cache_block *b, struct cache_file *f,
 			  uint64_t index, unsigned refs)
 {
+	MCFS_ASSERT_HELD(&c->lock);
 	b->file = f;
 	b->index = index;
 	b->state = SLOT_LOADING;
@@ -176,6 +179,7 @@ static void start_loading(struct cache *c, struct cache_block *b, struct cache_f
 
 static void enqueue(struct cache *c, struct cache_block *b, bool urgent)
 {
+	MCFS_ASSERT_HELD(&c->lock);
 	b->queued = true;
 	if (urgent)
 		list_push_front(&c->jobs, b);
@@ -187,6 +191,7 @@ static void enqueue(struct cache *c, struct cache_block *b, bool urgent)
 /* Drops one reference; the last one makes the slot evictable or free. Lock held. */
 static void unref(struct cache *c, struct cache_block *b)
 {
+	MCFS_ASSERT_HELD(&c->lock);
 	if (--b->refs > 0)
 		return;
 	if (b->state == SLOT_READY) {
@@ -251,6 +256,7 @@ static void note_latency(struct cache *c, double secs)
 	static const double bounds[CACHE_LAT_BUCKETS] = CACHE_LAT_BOUNDS;
 	unsigned i = 0;
 
+	MCFS_ASSERT_HELD(&c->lock);
 	while (i + 1 < CACHE_LAT_BUCKETS && secs > bounds[i])
 		i++;
 	c->st.fetch_lat[i]++;
@@ -267,6 +273,7 @@ static int fetch_range(struct cache *c, struct cache_block *b, uint32_t lo, uint
 	ssize_t got;
 
 	MCFS_DEBUG("fetch %s block %llu [%u, %u)", f->path, (unsigned long long)b->index, lo, hi);
+	MCFS_ASSERT_NOT_HELD(&c->lock);
 	got = remote_read(c->remote, &obj, off, b->data + lo, want);
 	if (got >= 0 && (size_t)got != want)
 		got = -ESTALE;
@@ -293,6 +300,7 @@ static int fetch(struct cache *c, struct cache_block *b, uint64_t *bytes, bool *
 	uint32_t len;
 	int rc;
 
+	MCFS_ASSERT_NOT_HELD(&c->lock);
 	*bytes = 0;
 	*from_disk = !b->extending && cache_tier_fill(c, b, &len); /* tiers.c */
 	if (*from_disk)
@@ -316,6 +324,7 @@ static int fetch(struct cache *c, struct cache_block *b, uint64_t *bytes, bool *
 /* Ends a job that grew a READY block (lock held): its pages, or its error. */
 static void end_extension(struct cache *c, struct cache_block *b, int rc, uint64_t bytes)
 {
+	MCFS_ASSERT_HELD(&c->lock);
 	b->extending = false;
 	if (rc == 0) {
 		pages_set(b, b->vlo, b->vhi);
@@ -431,6 +440,7 @@ uint64_t cache_block_size(const struct cache *c)
 /* Drops an unreferenced READY block from the cache. Lock held. */
 static void discard(struct cache *c, struct cache_block *b)
 {
+	MCFS_ASSERT_HELD(&c->lock);
 	list_del(&c->lru, b);
 	hash_remove(c, b);
 	drop_prefetched(c, b);
@@ -448,6 +458,7 @@ static int await(struct cache *c, struct cache_block *b, uint32_t lo, uint32_t h
 {
 	int rc;
 
+	MCFS_ASSERT_HELD(&c->lock);
 	/* Sleeps on c->loaded (c->lock) until the fetch or extension of b ends. */
 	while (b->state == SLOT_LOADING || (b->extending && !covers(b, lo, hi)))
 		pthread_cond_wait(&c->loaded, &c->lock);
@@ -471,6 +482,7 @@ int cache_block_get_range(struct cache *c, struct cache_file *f, uint64_t index,
 
 	if (index >= f->nblocks || lo >= hi || hi > block_len(c, f, index))
 		return -EINVAL;
+	MCFS_ASSERT_NOT_HELD(&c->lock);
 	pthread_mutex_lock(&c->lock);
 	for (;;) {
 		b = hash_find(c, f, index);
@@ -540,6 +552,7 @@ int cache_block_get(struct cache *c, struct cache_file *f, uint64_t index, struc
 
 void cache_block_put(struct cache *c, struct cache_block *b)
 {
+	MCFS_ASSERT_NOT_HELD(&c->lock);
 	pthread_mutex_lock(&c->lock);
 	unref(c, b);
 	pthread_mutex_unlock(&c->lock);
@@ -567,6 +580,7 @@ static int start_background(struct cache *c, struct cache_file *f, uint64_t inde
 
 	if (index >= f->nblocks)
 		return -EINVAL;
+	MCFS_ASSERT_NOT_HELD(&c->lock);
 	pthread_mutex_lock(&c->lock);
 	if (hash_find(c, f, index)) {
 		rc = 1;

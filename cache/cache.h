@@ -14,10 +14,33 @@
  *  - Readahead (struct cache_stream) is per open file; prefetch never evicts a
  *    block that a reader holds or that readahead fetched and nobody read yet.
  *
- * Lock order (outermost first): fs inode-table lock, then cache->lock. The
- * cache lock is never held across store I/O, a FUSE reply or a callback.
- *
  * Threads: everything here may be called from any thread.
+ *
+ * Lock order: the one list for the whole daemon; other headers point here.
+ * A thread that holds a lock may take only locks further down the list.
+ * "Leaf": nothing else is taken while it is held. Debug and sanitizer builds
+ * check the places that depend on it with MCFS_ASSERT_HELD/_NOT_HELD
+ * (common/mcfs_lock.h).
+ *   1. inodes->lock (fs/inode.c): the inode table and its nodes. Never held
+ *      across a store request; may be held while taking 3.
+ *   2. cache_stream->lock (readahead.c): one open file's readahead window.
+ *      Held while taking 3: fill_window() calls cache_prefetch().
+ *   3. cache->lock (cache_int.h): the RAM tier's slots, hash, LRU, job queue,
+ *      file table and counters. Leaf: the disk tier, the store and LMDB are
+ *      called after it is dropped.
+ *   Leaves, each taken with none of 1-3 held, and never across I/O:
+ *   - disk->lock (disk_int.h): the disk tier's index, LRU, write queue and
+ *     counters; dropped around io_uring I/O, LMDB and the done callback.
+ *   - LMDB's own write lock (inside cache/meta: one write transaction at a
+ *     time, held by LMDB across its commit); cache/meta has no lock of its own.
+ *   - the store's (cache/remote): fetch.c's idle-connection pool lock and
+ *     libcurl's share locks, http.c's manifest rwlock.
+ *   - session->handles_lock (fs/fs_int.h): the list of open handles.
+ *   - the stop thread's lock (fs/main.c).
+ *   - gpu->lock (gpu/gpu_int.h): never held across a CUDA call, a cache call
+ *     or a FUSE reply.
+ * No lock of ours is held across store, disk or LMDB I/O, a CUDA call, a
+ * FUSE reply or a callback into another module.
  */
 #ifndef MCFS_CACHE_H
 #define MCFS_CACHE_H
@@ -216,8 +239,8 @@ MCFS_MUST_CHECK int cache_stream_new(struct cache *c, struct cache_file *f,
 				     struct cache_stream **out);
 void cache_stream_free(struct cache_stream *s);
 void cache_stream_access(struct cache_stream *s, uint64_t off, size_t len);
-/* Current window in blocks (0 = not sequential). */
-unsigned cache_stream_window(const struct cache_stream *s);
+/* Current window in blocks (0 = not sequential). Takes the stream's lock. */
+unsigned cache_stream_window(struct cache_stream *s);
 /* True if the last access was not sequential: fetch only the bytes asked for. */
 bool cache_stream_random(struct cache_stream *s);
 

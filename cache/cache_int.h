@@ -5,7 +5,8 @@
  * Lock: one mutex, cache->lock, guards every field marked "guarded by lock"
  * below: the block hash, the LRU and free lists, the job queue, the file table
  * and the counters. It is a leaf lock: nothing else is taken while it is held,
- * and it is never held across store I/O.
+ * and it is never held across store I/O. Its place among the daemon's locks:
+ * the lock order at the top of cache.h.
  */
 #ifndef MCFS_CACHE_INT_H
 #define MCFS_CACHE_INT_H
@@ -15,6 +16,7 @@
 
 #include "cache.h"
 #include "disk.h"
+#include "mcfs_lock.h"
 #include "meta.h"
 
 enum slot_state {

@@ -20,7 +20,8 @@
  *
  * Lock: disk->lock (private) guards the in-memory index, the LRU, the queue
  * and the counters. It is a leaf lock, never held across I/O, LMDB or the
- * done callback. Callers may hold no lock of theirs while calling in.
+ * done callback. Callers may hold no lock of theirs while calling in (the
+ * lock order of the whole daemon: the top of cache/cache.h).
  */
 #ifndef MCFS_CACHE_DISK_H
 #define MCFS_CACHE_DISK_H

@@ -242,6 +242,7 @@ bool cache_tier_fill(struct cache *c, struct cache_block *b, uint32_t *len)
 	struct cache_meta_key key;
 	uint32_t n;
 
+	MCFS_ASSERT_NOT_HELD(&c->lock);
 	if (!c->disk)
 		return false;
 	cache_meta_block_key(b->file->path, b->file->version, b->index, &key);
@@ -255,6 +256,7 @@ bool cache_tier_fill(struct cache *c, struct cache_block *b, uint32_t *len)
 
 bool cache_tier_wants(const struct cache *c, const struct cache_block *b)
 {
+	MCFS_ASSERT_HELD(&c->lock);
 	return c->disk && cache_block_full(b);
 }
 
@@ -262,6 +264,7 @@ void cache_tier_behind(struct cache *c, struct cache_block *b)
 {
 	struct cache_meta_key key;
 
+	MCFS_ASSERT_NOT_HELD(&c->lock);
 	cache_meta_block_key(b->file->path, b->file->version, b->index, &key);
 	if (cache_disk_write(c->disk, &key, b->data, b->len, b) != 0)
 		cache_block_put(c, b); /* not queued: no callback will come */
@@ -277,6 +280,7 @@ uint64_t cache_tier_file_bytes(struct cache *c, struct cache_file *f, const bool
 	struct cache_meta_key key;
 	uint64_t i, bytes = 0;
 
+	MCFS_ASSERT_NOT_HELD(&c->lock);
 	for (i = 0; c->disk && in_ram && i < f->nblocks; i++) {
 		if (in_ram[i])
 			continue;
@@ -288,6 +292,7 @@ uint64_t cache_tier_file_bytes(struct cache *c, struct cache_file *f, const bool
 
 void cache_tier_stats(struct cache *c, struct cache_stats *out)
 {
+	MCFS_ASSERT_NOT_HELD(&c->lock);
 	if (!c->disk) {
 		out->disk_state = 0;
 		out->disk_off_reason = (uint64_t)c->disk_off;

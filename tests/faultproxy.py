@@ -11,7 +11,10 @@ connection. Faults are armed by the test and hit the next requests:
     p.stall = 1        # the next answer with a body: headers and part of the body,
                        # then nothing more on that connection (it stays open) until
                        # the client gives up on it or the proxy stops
-    p.counts           # {"requests": n, "503": n, "dropped": n, "stalled": n}
+    p.gate.clear()     # hold every request that arrives from now on ...
+    p.gate.set()       # ... until this (stop() sets it too)
+    p.counts           # {"requests": n, "503": n, "dropped": n, "stalled": n, "held": n}
+    p.held_lines       # the request lines of the requests held, as they arrived
     p.request_lines    # the first 1000 request lines, as received
     p.stop()
 
@@ -66,7 +69,10 @@ class FaultProxy:
         self.fail_503 = 0
         self.drop = 0
         self.stall = 0
-        self.counts = {"requests": 0, "503": 0, "dropped": 0, "stalled": 0}
+        self.counts = {"requests": 0, "503": 0, "dropped": 0, "stalled": 0, "held": 0}
+        self.gate = threading.Event()
+        self.gate.set()
+        self.held_lines = []
         self.stopping = False
         self.thread = None
         self.conns = set()
@@ -78,6 +84,7 @@ class FaultProxy:
 
     def stop(self):
         self.stopping = True
+        self.gate.set()
         try:
             self.lsock.shutdown(socket.SHUT_RDWR)
         except OSError:
@@ -126,6 +133,11 @@ class FaultProxy:
                     self.counts["requests"] += 1
                     if len(self.request_lines) < 1000:
                         self.request_lines.append(head.split(b"\r\n", 1)[0].decode("latin-1"))
+                if not self.gate.is_set():
+                    with self.lock:
+                        self.counts["held"] += 1
+                        self.held_lines.append(head.split(b"\r\n", 1)[0].decode("latin-1"))
+                    self.gate.wait()
                 if self._take("fail_503"):
                     with self.lock:
                         self.counts["503"] += 1
