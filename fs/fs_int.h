@@ -17,15 +17,13 @@
 
 #include "cache.h"
 #include "cfg.h"
-#include "remote.h"
 
 struct gpu;
 struct fs_inodes;
 
 struct fs_session {
 	struct cfg cfg;		  /* validated once in main(); read-only afterwards */
-	struct remote *remote;	  /* the store */
-	struct cache *cache;	  /* block cache over the store */
+	struct cache *cache;	  /* the cache: the only door to the store */
 	struct gpu *gpu;	  /* the GPU fast path; answers -ENODEV without a device */
 	struct fs_inodes *inodes; /* inode table and metadata cache (fs/inode.c) */
 	struct fuse_session *se;
@@ -36,8 +34,6 @@ struct fs_session {
 					 kernel never released (unmounted with files open) */
 	/* GPU loads served (MCFS_IOC_LOAD), for the metrics: relaxed atomics. */
 	_Atomic uint64_t gpu_loads, gpu_load_errors, gpu_load_bytes, gpu_load_ns;
-	_Atomic uint64_t reads;	     /* FUSE READ requests answered with data */
-	_Atomic uint64_t read_bytes; /* bytes of those answers */
 };
 
 /* One open file: what fi->fh points to. Created by open, freed by release. */

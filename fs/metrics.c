@@ -30,7 +30,6 @@
 
 #include "cache.h"
 #include "fs_int.h"
-#include "remote.h"
 
 #define METRICS_PATH "/metrics"
 #define CONTENT_TYPE "text/plain; version=0.0.4; charset=utf-8"

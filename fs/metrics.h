@@ -3,8 +3,8 @@
  * served over HTTP on the address of the `metrics` key (host:port).
  *
  * The exporter owns one libmicrohttpd daemon with its own internal thread. A
- * scrape of GET /metrics takes a snapshot of cache_get_stats() and
- * remote_get_stats() (both lock-free or briefly locked, never across I/O) and
+ * scrape of GET /metrics takes a snapshot of cache_get_stats() (which
+ * carries the store's counters too; briefly locked, never across I/O) and
  * renders it; nothing is kept between scrapes, so the exporter holds no lock
  * of the cache and adds nothing to the read path.
  *

@@ -31,7 +31,7 @@ struct ment {
 	const char *name;  /* points into path */
 	char *target;	   /* symlink target, owned; NULL otherwise */
 	bool implied;	   /* added as the parent of another entry, not listed itself */
-	struct remote_attr attr;
+	struct cache_attr attr;
 };
 
 struct remote_manifest {
@@ -181,7 +181,7 @@ static int ment_cmp(const void *a, const void *b)
 	return key_cmp(x->path, x->parent_len, x->name, y->path, y->parent_len, y->name);
 }
 
-static int add_ment(struct remote_manifest *m, const char *path, const struct remote_attr *a,
+static int add_ment(struct remote_manifest *m, const char *path, const struct cache_attr *a,
 		    const char *target)
 {
 	struct ment *e;
@@ -231,7 +231,7 @@ static int parse_entry(struct remote_manifest *m, const cJSON *o)
 {
 	const char *path = str(o, "path"), *type = str(o, "type");
 	const char *target = str(o, "target");
-	struct remote_attr a;
+	struct cache_attr a;
 
 	if (!path || !type)
 		return 0;
@@ -282,7 +282,7 @@ static const struct ment *find(const struct remote_manifest *m, const char *path
 /* Adds every missing parent directory, then sorts and drops duplicates. */
 static int finish(struct remote_manifest *m)
 {
-	struct remote_attr dir = {.mode = S_IFDIR | 0555};
+	struct cache_attr dir = {.mode = S_IFDIR | 0555};
 	size_t i, n0 = m->n, k;
 	char buf[4096];
 	int rc;
@@ -374,8 +374,8 @@ size_t remote_manifest_count(const struct remote_manifest *m)
 	return m->n;
 }
 
-int remote_manifest_stat(const struct remote_manifest *m, const char *path,
-			 struct remote_attr *attr, const char **target)
+int remote_manifest_stat(const struct remote_manifest *m, const char *path, struct cache_attr *attr,
+			 const char **target)
 {
 	const struct ment *e;
 
@@ -396,11 +396,11 @@ int remote_manifest_stat(const struct remote_manifest *m, const char *path,
 }
 
 int remote_manifest_list(const struct remote_manifest *m, const char *path,
-			 struct remote_dirent **out, size_t *n)
+			 struct cache_dirent **out, size_t *n)
 {
 	size_t plen = strlen(path), lo = 0, hi = m->n, i, k = 0;
-	struct remote_dirent *ents;
-	struct remote_attr a;
+	struct cache_dirent *ents;
+	struct cache_attr a;
 	int rc;
 
 	rc = remote_manifest_stat(m, path, &a, NULL);
@@ -435,9 +435,9 @@ int remote_manifest_list(const struct remote_manifest *m, const char *path,
 	return 0;
 }
 
-int remote_autoindex_parse(const char *json, size_t len, struct remote_dirent **out, size_t *n)
+int remote_autoindex_parse(const char *json, size_t len, struct cache_dirent **out, size_t *n)
 {
-	struct remote_dirent *ents;
+	struct cache_dirent *ents;
 	const cJSON *o;
 	cJSON *root;
 	size_t k = 0;
@@ -457,7 +457,7 @@ int remote_autoindex_parse(const char *json, size_t len, struct remote_dirent **
 		const char *name = str(o, "name"), *type = str(o, "type"), *mt = str(o, "mtime");
 		time_t t;
 
-		if (!name || !type || strlen(name) >= REMOTE_NAME_MAX)
+		if (!name || !type || strlen(name) >= CACHE_NAME_MAX)
 			continue;
 		memset(&ents[k], 0, sizeof(ents[k]));
 		snprintf(ents[k].name, sizeof(ents[k].name), "%s", name);

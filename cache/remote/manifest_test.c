@@ -31,8 +31,8 @@ static const char manual[] =
 static void test_parse(void)
 {
 	struct remote_manifest *m = NULL;
-	struct remote_dirent *e = NULL;
-	struct remote_attr a;
+	struct cache_dirent *e = NULL;
+	struct cache_attr a;
 	const char *target = NULL;
 	size_t n = 0;
 
@@ -80,8 +80,8 @@ static void test_roundtrip(const char *base)
 {
 	char dir[512], p[600], *buf = NULL;
 	struct remote_manifest *m = NULL;
-	struct remote_dirent *e = NULL;
-	struct remote_attr a;
+	struct cache_dirent *e = NULL;
+	struct cache_attr a;
 	size_t len = 0, n = 0;
 	FILE *mem;
 	int fd;
@@ -129,7 +129,7 @@ static void test_autoindex(void)
 	    "10:00:00 GMT\", \"size\":1073741824 },\n"
 	    "{ \"name\":\"sub\", \"type\":\"directory\", \"mtime\":\"Wed, 22 Nov 2023 10:00:00 "
 	    "GMT\" },\n{ \"name\":\"sock\", \"type\":\"other\" }\n]";
-	struct remote_dirent *e = NULL;
+	struct cache_dirent *e = NULL;
 	size_t n = 0;
 
 	CHECK(remote_autoindex_parse(page, sizeof(page) - 1, &e, &n) == 0);

@@ -29,7 +29,7 @@ static const struct remote_ops *pick(const char *source)
 int remote_open(const struct cfg *cfg, struct remote **out)
 {
 	const struct remote_ops *ops = pick(cfg->source);
-	struct remote_attr root;
+	struct cache_attr root;
 	struct remote *r;
 	int rc;
 
@@ -94,7 +94,7 @@ int remote_check_path(const char *path)
 	for (;;) {
 		slash = strchr(p, '/');
 		n = slash ? (size_t)(slash - p) : strlen(p);
-		if (n == 0 || n >= REMOTE_NAME_MAX || (n == 1 && p[0] == '.') ||
+		if (n == 0 || n >= CACHE_NAME_MAX || (n == 1 && p[0] == '.') ||
 		    (n == 2 && p[0] == '.' && p[1] == '.'))
 			return -EINVAL;
 		if (!slash)
@@ -103,7 +103,7 @@ int remote_check_path(const char *path)
 	}
 }
 
-int remote_stat(struct remote *r, const char *path, struct remote_attr *out)
+int remote_stat(struct remote *r, const char *path, struct cache_attr *out)
 {
 	int rc;
 
@@ -117,7 +117,7 @@ int remote_stat(struct remote *r, const char *path, struct remote_attr *out)
 }
 
 /* Drops entries whose names could escape the mount, logging each once. */
-static size_t filter_names(const char *dir, struct remote_dirent *ents, size_t n)
+static size_t filter_names(const char *dir, struct cache_dirent *ents, size_t n)
 {
 	size_t i, kept = 0;
 
@@ -139,7 +139,7 @@ static size_t filter_names(const char *dir, struct remote_dirent *ents, size_t n
 	return kept;
 }
 
-int remote_list(struct remote *r, const char *path, struct remote_dirent **out, size_t *n)
+int remote_list(struct remote *r, const char *path, struct cache_dirent **out, size_t *n)
 {
 	int rc;
 

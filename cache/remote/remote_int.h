@@ -18,8 +18,8 @@ struct remote_ops {
 	/* Sets r->priv. cfg->source has been matched to this backend. */
 	int (*open)(struct remote *r);
 	void (*close)(struct remote *r);
-	int (*stat)(struct remote *r, const char *path, struct remote_attr *out);
-	int (*list)(struct remote *r, const char *path, struct remote_dirent **out, size_t *n);
+	int (*stat)(struct remote *r, const char *path, struct cache_attr *out);
+	int (*list)(struct remote *r, const char *path, struct cache_dirent **out, size_t *n);
 	int (*readlink)(struct remote *r, const char *path, char *buf, size_t len);
 	ssize_t (*read)(struct remote *r, const struct remote_obj *obj, uint64_t off, void *buf,
 			size_t len);

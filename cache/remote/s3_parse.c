@@ -36,7 +36,7 @@ struct xml_ctx {
 	bool in_contents, in_prefixes;
 	/* the <Contents> being read */
 	char key[XML_TEXT_MAX];
-	struct remote_attr attr;
+	struct cache_attr attr;
 	int rc;
 };
 
@@ -78,7 +78,7 @@ static void on_text(void *user, const XML_Char *s, int len)
 }
 
 /* Adds one entry named by @key minus the prefix; refuses names that escape. */
-static void add_entry(struct xml_ctx *c, const char *key, bool dir, const struct remote_attr *a)
+static void add_entry(struct xml_ctx *c, const char *key, bool dir, const struct cache_attr *a)
 {
 	struct remote_s3_page *p = c->page;
 	char name[XML_TEXT_MAX];
@@ -92,7 +92,7 @@ static void add_entry(struct xml_ctx *c, const char *key, bool dir, const struct
 		name[--n] = '\0';
 	if (!dir && n == 0)
 		return; /* the directory marker object itself */
-	if (n == 0 || n >= REMOTE_NAME_MAX || strchr(name, '/') || strcmp(name, ".") == 0 ||
+	if (n == 0 || n >= CACHE_NAME_MAX || strchr(name, '/') || strcmp(name, ".") == 0 ||
 	    strcmp(name, "..") == 0) {
 		MCFS_WARN("s3: key '%s' under '%s' is refused: it would escape the mount", key,
 			  c->prefix);
@@ -101,7 +101,7 @@ static void add_entry(struct xml_ctx *c, const char *key, bool dir, const struct
 	}
 	if (p->n == p->cap) {
 		size_t cap = p->cap ? 2 * p->cap : 64;
-		struct remote_dirent *e = realloc(p->ents, cap * sizeof(*e));
+		struct cache_dirent *e = realloc(p->ents, cap * sizeof(*e));
 
 		if (!e) {
 			c->rc = -ENOMEM;
