@@ -23,7 +23,7 @@
  *    offline, and the write-through of store answers to LMDB.
  *
  * Lock order (outermost first): fs inode-table lock, then a stream's lock
- * (readahead), then cache->lock. No lock of the cache is held across store
+ * (readahead), then cache->lock. Neither cache lock is held across store
  * I/O, LMDB, a FUSE reply or a callback; fs/ calls in here without its lock
  * held wherever the call may reach the store (cache_stat, cache_list, ...).
  *
