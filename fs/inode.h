@@ -10,9 +10,8 @@
  * whose listing is fresh are answered from it without asking the cache.
  *
  * Lock: inodes->lock guards the table and every node's fields. It is never
- * held across a call that may reach the store (cache_stat, cache_list,
- * cache_readlink, cache_file_get's callers drop it first); cache.h's lock
- * order puts it outermost.
+ * held across a call into the cache that may reach the store (cache_stat,
+ * cache_list, cache_readlink); cache.h's lock order puts it outermost.
  */
 #ifndef MCFS_FS_INODE_H
 #define MCFS_FS_INODE_H
