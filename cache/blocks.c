@@ -165,7 +165,7 @@ static void start_loading(struct cache *c, struct cache_block *b, struct cache_f
 	b->index = index;
 	b->state = SLOT_LOADING;
 	b->err = 0;
-	b->len = (uint32_t)MCFS_MIN(c->bs, f->size - (index << c->bs_shift));
+	b->len = cache_file_block_len(c, f, index);
 	b->refs = refs;
 	b->prefetched = false;
 	b->warm = false;
@@ -410,12 +410,6 @@ static bool covers(const struct cache_block *b, uint32_t lo, uint32_t hi)
 	return cache_block_covers(b, lo, hi);
 }
 
-/* Bytes of block @index of @f: block_size, or less for the last one. */
-static uint32_t block_len(const struct cache *c, const struct cache_file *f, uint64_t index)
-{
-	return (uint32_t)MCFS_MIN(c->bs, f->size - (index << c->bs_shift));
-}
-
 int cache_span(const struct cache *c, const struct cache_file *f, uint64_t off, uint64_t len,
 	       struct cache_span *sp)
 {
@@ -424,7 +418,7 @@ int cache_span(const struct cache *c, const struct cache_file *f, uint64_t off, 
 
 	if (len == 0 || off >= f->size)
 		return -EINVAL;
-	blen = block_len(c, f, index);
+	blen = cache_file_block_len(c, f, index);
 	sp->index = index;
 	sp->boff = boff;
 	sp->blen = blen;
@@ -480,7 +474,7 @@ int cache_block_get_range(struct cache *c, struct cache_file *f, uint64_t index,
 	struct cache_block *b;
 	int rc;
 
-	if (index >= f->nblocks || lo >= hi || hi > block_len(c, f, index))
+	if (index >= f->nblocks || lo >= hi || hi > cache_file_block_len(c, f, index))
 		return -EINVAL;
 	MCFS_ASSERT_NOT_HELD(&c->lock);
 	pthread_mutex_lock(&c->lock);
@@ -547,7 +541,7 @@ int cache_block_get(struct cache *c, struct cache_file *f, uint64_t index, struc
 {
 	if (index >= f->nblocks)
 		return -EINVAL;
-	return cache_block_get_range(c, f, index, 0, block_len(c, f, index), out);
+	return cache_block_get_range(c, f, index, 0, cache_file_block_len(c, f, index), out);
 }
 
 void cache_block_put(struct cache *c, struct cache_block *b)
@@ -684,6 +678,8 @@ void cache_get_stats(struct cache *c, struct cache_stats *out)
 	out->ram_prefault = (uint64_t)atomic_load(&c->prefault_state);
 	out->ram_faulted_bytes = atomic_load_explicit(&c->prefault_bytes, memory_order_relaxed);
 	cache_tier_stats(c, out);
+	out->reads = atomic_load_explicit(&c->reads, memory_order_relaxed);
+	out->read_bytes = atomic_load_explicit(&c->read_bytes, memory_order_relaxed);
 	remote_get_stats(c->remote, &rs);
 	out->store_requests = rs.requests;
 	out->store_reads = rs.read_requests;

@@ -82,7 +82,7 @@ static void test_single_flight(void)
 {
 	struct reader r[SF_READERS];
 	pthread_t th[SF_READERS];
-	struct remote_attr a, ga = {.size = T_BS, .mode = S_IFIFO | 0600};
+	struct cache_attr a, ga = {.size = T_BS, .mode = S_IFIFO | 0600};
 	struct cache_file *f, *gate;
 	struct cache_stats st;
 	char fifo[160];
@@ -165,7 +165,7 @@ static void test_held_never_evicted(void)
 	struct cache_block *held[EV_HELD], *b;
 	const char *slot[EV_HELD];
 	struct cache_stats st0, st;
-	struct remote_attr a;
+	struct cache_attr a;
 	struct cache_file *f;
 	struct t_env e;
 	unsigned i, pass;
@@ -247,7 +247,7 @@ static void grow_step(struct t_env *e, struct cache_file *f, uint64_t index, uin
 static void test_partial_growth(void)
 {
 	const uint32_t last = T_BS / 2 + 100; /* the short last block: its last page too */
-	struct remote_attr a;
+	struct cache_attr a;
 	struct cache_file *f;
 	struct t_env e;
 
@@ -283,7 +283,7 @@ static void test_versions(void)
 {
 	struct cache_file *f1, *f1b, *f2;
 	struct cache_block *b1, *b2, *b;
-	struct remote_attr a1, a2;
+	struct cache_attr a1, a2;
 	struct t_env e;
 	int rc;
 
@@ -376,7 +376,7 @@ static void test_many_readers(void)
 {
 	struct mr_arg m[MR_THREADS];
 	pthread_t th[MR_THREADS];
-	struct remote_attr a;
+	struct cache_attr a;
 	struct cache_file *f;
 	struct t_env e;
 	unsigned i;

@@ -1,7 +1,11 @@
 /*
- * cache.h - the block cache: files are cut into blocks of cfg->block_size
- * (8 MiB by default), fetched from the store by a pool of fetch threads, and
- * kept in a RAM tier of fixed slots with LRU eviction.
+ * cache.h - the block cache, and the only door to the store and to the
+ * metadata store: fs/ asks here for attributes, listings, symlink targets,
+ * capacity and bytes, and never sees cache/remote or LMDB.
+ *
+ * Files are cut into blocks of cfg->block_size (8 MiB by default), fetched
+ * from the store by a pool of fetch threads, and kept in a RAM tier of fixed
+ * slots with LRU eviction (and a disk tier under cache_dir).
  *
  * Contracts:
  *  - A block is keyed by its file's identity *and version* (struct cache_file)
@@ -13,6 +17,10 @@
  *    other readers sleep until it lands.
  *  - Readahead (struct cache_stream) is per open file; prefetch never evicts a
  *    block that a reader holds or that readahead fetched and nobody read yet.
+ *  - Block and page arithmetic lives in cache/ only: a reader hands
+ *    cache_read() a byte range and gets back what to reply with.
+ *  - Metadata policy lives here too (attrs.c): attr_ttl, negative_ttl,
+ *    offline, and the write-through of store answers to LMDB.
  *
  * Threads: everything here may be called from any thread.
  *
@@ -48,10 +56,11 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
+#include "cache_attr.h"
 #include "cfg.h"
 #include "counters.h"
-#include "remote.h"
 
 struct cache;
 struct cache_file;
@@ -90,13 +99,12 @@ struct cache_stats {
 };
 
 /*
- * Creates the cache: reserves the RAM tier (pages are touched on first use)
- * and starts cfg->connections fetch threads. @cfg and @remote are borrowed
- * and must outlive the cache. Returns 0 with *out set, or a negative errno.
- */
-MCFS_MUST_CHECK int cache_new(const struct cfg *cfg, struct remote *remote, struct cache **out);
-
-/*
+ * Opens the store named by cfg->source (checking that it answers and that
+ * the credentials work), reserves the RAM tier (pages are touched on first
+ * use) and starts cfg->connections fetch threads. @cfg is borrowed and must
+ * outlive the cache. Returns 0 with *out set (free with cache_free()), or a
+ * negative errno after logging why (a store that does not answer, no memory).
+ *
  * With cfg->cache_dir set, cache_new also opens the metadata store (LMDB)
  * and the disk tier in this store's own subdirectory of it (named after the
  * source; cache/meta.h, cache/disk.h), so that stores never share entries.
@@ -104,9 +112,10 @@ MCFS_MUST_CHECK int cache_new(const struct cfg *cfg, struct remote *remote, stru
  * no room) it logs a warning and the cache runs RAM-only: a cache directory
  * never stops a mount.
  */
+MCFS_MUST_CHECK int cache_new(const struct cfg *cfg, struct cache **out);
 
 /* Stops the fetch threads (waiting for fetches in flight), writes the disk
- * tier's queue, closes it and frees it all. */
+ * tier's queue, closes it and the store, and frees it all. NULL is fine. */
 void cache_free(struct cache *c);
 
 /*
@@ -125,8 +134,8 @@ size_t cache_ram_slots(const struct cache *c);
  * same identity, so a reopen finds the blocks read before.
  * Returns 0 or -ENOMEM.
  */
-MCFS_MUST_CHECK int cache_file_get(struct cache *c, const char *path,
-				   const struct remote_attr *attr, struct cache_file **out);
+MCFS_MUST_CHECK int cache_file_get(struct cache *c, const char *path, const struct cache_attr *attr,
+				   struct cache_file **out);
 void cache_file_put(struct cache *c, struct cache_file *f);
 /* Borrowed: valid while a reference is held. */
 const char *cache_file_path(const struct cache_file *f);
@@ -135,11 +144,74 @@ const char *cache_file_version(const struct cache_file *f);
 /* Bytes of this file held now in the RAM or the disk tier (a block in both counts once). */
 uint64_t cache_file_cached_bytes(struct cache *c, struct cache_file *f);
 
-/*
- * The persistent metadata store, or NULL when there is no cache_dir (or it
- * could not be opened). Borrowed: valid until cache_free().
+/* ---- metadata: attributes, listings, symlinks, capacity (attrs.c) ------
+ *
+ * What the store says about paths, and the policy around it. An answer is
+ * served from the metadata store (LMDB, under cache_dir) while it is younger
+ * than attr_ttl (negative_ttl for "no such path"); else the store is asked
+ * and its answer recorded (write-through), so that after a restart a stat
+ * costs one LMDB read instead of a store request. With offline, a store
+ * failure (anything but "no such path") is answered from LMDB whatever the
+ * age, if LMDB has an answer. Without a cache_dir every call asks the store.
+ *
+ * *expires is the monotonic time (mcfs_now_ns()) until which the answer is
+ * fresh: learned + the ttl. A recorded answer dates from when the store gave
+ * it, so it expires in memory when it would have in LMDB. Callers that keep
+ * answers (fs/'s inode table) ask cache_attr_fresh() before reusing them.
+ *
+ * Threads: any. They may block on the store: call with no lock held.
  */
-struct cache_meta *cache_get_meta(struct cache *c);
+
+/*
+ * Attributes of @path ("" is the root). Returns 0 with *a and *expires set;
+ * -ENOENT or -ENOTDIR for no such path (a negative answer: *expires set,
+ * from negative_ttl); or the store's error (-EIO, -EACCES, ...: logged by
+ * the store; *a and *expires undefined).
+ */
+MCFS_MUST_CHECK int cache_stat(struct cache *c, const char *path, struct cache_attr *a,
+			       uint64_t *expires);
+
+/*
+ * The entries of directory @path, with their attributes (no "." or "..").
+ * Returns 0 with *ents, an array of *n entries (caller frees with free()),
+ * and *expires (from attr_ttl; the entries' attributes are as fresh as the
+ * listing); or -ENOENT, -ENOTDIR or the store's error (*ents untouched).
+ */
+MCFS_MUST_CHECK int cache_list(struct cache *c, const char *path, struct cache_dirent **ents,
+			       size_t *n, uint64_t *expires);
+
+/* True while an answer that expires at @expires is fresh (0: never). Can't fail. */
+bool cache_attr_fresh(uint64_t expires);
+
+/*
+ * Forgets the recorded attributes of @path (a read found that the file
+ * changed in the store), so that the next cache_stat() asks the store.
+ * Can't fail: a failure to forget is logged by cache/meta.
+ */
+void cache_forget_attr(struct cache *c, const char *path);
+
+/*
+ * The target of symlink @path into buf (NUL-terminated), always from the
+ * store. Returns its length, or -ENOENT, -EINVAL (not a symlink),
+ * -ENAMETOOLONG (buf too small) or the store's error.
+ */
+MCFS_MUST_CHECK int cache_readlink(struct cache *c, const char *path, char *buf, size_t len);
+
+/*
+ * The store's capacity and free space in bytes, for statfs. Can't fail:
+ * stores with no capacity to report (object stores), and a store that fails
+ * to say, give 0 and 0.
+ */
+void cache_statfs(struct cache *c, uint64_t *total_bytes, uint64_t *free_bytes);
+
+/*
+ * Writes the manifest of the tree under @dir to @out: the listing an http
+ * store serves as .mcfs-manifest.json (format: cache/remote/manifest.h).
+ * For the CLI (`mcfs manifest`), needs no cache. Returns 0, or a negative
+ * errno after printing what failed to stderr; -ENOTSUP in a build without
+ * the network stores.
+ */
+MCFS_MUST_CHECK int cache_write_manifest(const char *dir, FILE *out);
 
 /*
  * Block arithmetic lives here and nowhere else. A span is the part of the
@@ -232,8 +304,10 @@ const char *cache_store_kind(const struct cache *c);
  * Readahead: one stream per open file handle. cache_stream_access() tells it
  * a read of [off, off+len) is being served; it grows the window while the
  * access pattern stays sequential (tolerating small reordering) and collapses
- * it on random access, prefetching the window's blocks.
- * cache_stream_new returns 0 or -ENOMEM; the stream holds a reference to @f.
+ * it on random access, prefetching the window's blocks. cache_read() calls
+ * it for each read; the other calls are for callers that walk blocks
+ * themselves. cache_stream_new returns 0 or -ENOMEM; the stream holds a
+ * reference to @f. Lock: the stream's own, taken before cache->lock.
  */
 MCFS_MUST_CHECK int cache_stream_new(struct cache *c, struct cache_file *f,
 				     struct cache_stream **out);
@@ -243,5 +317,44 @@ void cache_stream_access(struct cache_stream *s, uint64_t off, size_t len);
 unsigned cache_stream_window(struct cache_stream *s);
 /* True if the last access was not sequential: fetch only the bytes asked for. */
 bool cache_stream_random(struct cache_stream *s);
+
+/* ---- reading (read.c) ---------------------------------------------------
+ *
+ * One call answers a read of an open file: it tells the stream's readahead,
+ * cuts the range at block boundaries, fetches what is missing (on a random
+ * reader's miss only the 4 KiB pages it reads, on a streaming reader's the
+ * whole block) and hands back what to reply with. A range inside one block
+ * is answered from the block's slot (zero copy: the block stays pinned until
+ * the reply is written); one that straddles blocks holds one block at a time
+ * and is copied into a buffer of its own, so that a reader never holds two
+ * slots and readers can't deadlock over a small RAM tier.
+ */
+
+/* What to reply with. Fill with cache_read(), release with cache_read_done(). */
+struct cache_read_reply {
+	const char *data; /* borrowed: valid until cache_read_done(); NULL when len is 0 */
+	size_t len;	  /* bytes at data: the range asked for, cut at EOF; 0 past it */
+	bool pinned;	  /* data lies in a block's slot (zero copy), not in a copy */
+	/* Private to cache/: what cache_read_done() releases. */
+	struct cache *c;
+	struct cache_block *block; /* the pinned block, or NULL */
+	char *buf;		   /* the copy across blocks (malloc'd), or NULL */
+};
+
+/*
+ * Reads [off, off+len) of the stream's file. Returns 0 with *out filled
+ * (out->len is 0 at or past EOF, or for len 0); call cache_read_done(out)
+ * once the reply is written. Errors, with *out empty and nothing held:
+ * -ESTALE, the file changed in the store since it was opened (the caller
+ * forgets its attributes, so that the next open sees the new version);
+ * -EIO, the store failed (logged once, with the path and block); -ENOMEM.
+ * Counts the read in cache_stats (reads, read_bytes) unless it is empty.
+ * Threads: any, several at once on one stream too. No lock held on return.
+ */
+MCFS_MUST_CHECK int cache_read(struct cache_stream *s, uint64_t off, size_t len,
+			       struct cache_read_reply *out);
+
+/* Releases what a reply holds: the block's pin, or the copy. Can't fail. */
+void cache_read_done(struct cache_read_reply *r);
 
 #endif

@@ -18,6 +18,7 @@
 #include "disk.h"
 #include "mcfs_lock.h"
 #include "meta.h"
+#include "remote.h"
 
 enum slot_state {
 	SLOT_FREE,    /* on the free list, in no hash chain */
@@ -57,7 +58,7 @@ struct cache_file {
 	uint64_t size;		  /* bytes */
 	uint64_t nblocks;
 	char *path;
-	char version[REMOTE_VERSION_MAX];
+	char version[CACHE_VERSION_MAX];
 };
 
 /* A list with a sentinel: LRU (head = least recently used), free, jobs. */
@@ -68,7 +69,7 @@ struct slot_list {
 
 struct cache {
 	const struct cfg *cfg; /* borrowed */
-	struct remote *remote; /* borrowed */
+	struct remote *remote; /* the store: opened by cache_new(), closed by cache_free() */
 	uint64_t bs;	       /* block size, bytes */
 	unsigned bs_shift;     /* log2(bs) */
 	char *region;	       /* nslots * bs bytes, mmap'd */
@@ -96,6 +97,8 @@ struct cache {
 	unsigned warm_jobs;	 /* guarded by lock: warm-up fetches queued or running */
 	struct cache_stats st;	 /* guarded by lock (counters only) */
 
+	atomic_uint_fast64_t reads, read_bytes; /* cache_read()'s counters (relaxed) */
+
 	pthread_t prefault; /* ram_prefault: faults the region in, then ends */
 	bool prefault_started;
 	atomic_bool prefault_stop;	     /* cache_free(): stop early */
@@ -113,6 +116,17 @@ struct cache {
 	 * set with it, fixed afterwards. */
 	int disk_off, disk_off_errno;
 };
+
+/*
+ * Bytes of block @index of @f (index < f->nblocks): block_size, or less for
+ * the file's last block. The one place this is worked out; cache_span()
+ * gives it to callers outside the cache. Can't fail.
+ */
+static inline uint32_t cache_file_block_len(const struct cache *c, const struct cache_file *f,
+					    uint64_t index)
+{
+	return (uint32_t)MCFS_MIN(c->bs, f->size - (index << c->bs_shift));
+}
 
 /* blocks.c: list helpers and the fetch thread, used by cache.c's setup. */
 void cache_lists_init(struct cache *c);
@@ -147,6 +161,10 @@ void cache_tier_stats(struct cache *c, struct cache_stats *out);
 /* Page bitmaps (blocks.c): does b hold all of [lo, hi)? all of its block? */
 bool cache_block_covers(const struct cache_block *b, uint32_t lo, uint32_t hi);
 bool cache_block_full(const struct cache_block *b);
+
+/* readahead.c: the cache and the file (the stream's reference) a stream reads. Can't fail. */
+struct cache *cache_stream_cache(const struct cache_stream *s);
+struct cache_file *cache_stream_file(const struct cache_stream *s);
 
 /* Records a readahead window size in the stats histogram. */
 void cache_note_window(struct cache *c, unsigned window);

@@ -12,7 +12,6 @@
 #define MCFS_CACHE_TEST_H
 
 #include "cache.h"
-#include "remote.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -30,7 +29,6 @@ struct t_env {
 	char dir[64]; /* scratch directory; the store is its "store" subdirectory */
 	char store[96];
 	struct cfg cfg;
-	struct remote *remote;
 	struct cache *cache;
 };
 
@@ -98,10 +96,11 @@ static inline int t_write_file(struct t_env *e, const char *name, uint64_t size,
  * The identity of store file @name as it is now: a new reference, drop with
  * cache_file_put(). Returns 0 or a negative errno.
  */
-static inline int t_open_file(struct t_env *e, const char *name, struct remote_attr *attr,
+static inline int t_open_file(struct t_env *e, const char *name, struct cache_attr *attr,
 			      struct cache_file **out)
 {
-	int rc = remote_stat(e->remote, name, attr);
+	uint64_t expires;
+	int rc = cache_stat(e->cache, name, attr, &expires);
 
 	return rc < 0 ? rc : cache_file_get(e->cache, name, attr, out);
 }
@@ -132,14 +131,10 @@ static inline int t_setup(struct t_env *e, const char *name, unsigned slots, uns
 	return 0;
 }
 
-/* Opens the store and the cache over it. Returns 0 or a negative errno. */
+/* Opens the cache, which opens the store. Returns 0 or a negative errno. */
 static inline int t_start(struct t_env *e)
 {
-	int rc = remote_open(&e->cfg, &e->remote);
-
-	if (rc == 0)
-		rc = cache_new(&e->cfg, e->remote, &e->cache);
-	return rc;
+	return cache_new(&e->cfg, &e->cache);
 }
 
 /* Frees the cache and the store, and removes the scratch directory. */
@@ -148,7 +143,6 @@ static inline void t_teardown(struct t_env *e)
 	char cmd[128];
 
 	cache_free(e->cache);
-	remote_close(e->remote);
 	snprintf(cmd, sizeof(cmd), "rm -rf %s", e->dir);
 	if (system(cmd) != 0)
 		fprintf(stderr, "could not remove %s\n", e->dir);

@@ -6,8 +6,8 @@
  *	X(src, field, key, type, prom, label, help)
  *
  *   src    where the value is counted, and so the struct that holds it:
- *	      CACHE  struct cache_stats, by cache/ (blocks.c, tiers.c, and the
- *		     store's counters, which cache_get_stats() copies in);
+ *	      CACHE  struct cache_stats, by cache/ (blocks.c, tiers.c, read.c,
+ *		     and the store's counters, which cache_get_stats() copies in);
  *	      DISK   struct cache_disk_stats, by the disk tier (disk.c), reached
  *		     as cache_stats.disk; 0 when there is no disk tier;
  *	      FS     struct fs_session, by fs/ (a relaxed atomic each).
@@ -95,9 +95,9 @@ enum cache_counter_type {
 	  "Store operations that failed for good.")                                                \
 	X(CACHE, store_retries, "store_retries", COUNTER, "store_retries_total", NULL,             \
 	  "Store attempts retried after an error.")                                                \
-	X(FS, reads, "fuse_reads", COUNTER, "fuse_read_requests_total", NULL,                      \
+	X(CACHE, reads, "fuse_reads", COUNTER, "fuse_read_requests_total", NULL,                      \
 	  "FUSE read requests answered with data.")                                                \
-	X(FS, read_bytes, "fuse_read_bytes", COUNTER, "fuse_read_bytes_total", NULL,               \
+	X(CACHE, read_bytes, "fuse_read_bytes", COUNTER, "fuse_read_bytes_total", NULL,               \
 	  "Bytes of the FUSE read replies.")                                                       \
 	X(CACHE, ram_prefault, "ram_prefault", GAUGE, NULL, NULL,                                  \
 	  "ram_prefault's progress: enum cache_prefault_state (0 off, 1 running, 2 done, "         \

@@ -25,6 +25,7 @@
  */
 #define _GNU_SOURCE
 #include "disk_int.h"
+#include "cfg.h" /* cfg_parse_size: disk_cache sizes */
 
 #include <errno.h>
 #include <fcntl.h>

@@ -45,7 +45,7 @@ struct cache_stream {
 int cache_stream_new(struct cache *c, struct cache_file *f, struct cache_stream **out)
 {
 	struct cache_stream *s = calloc(1, sizeof(*s));
-	struct remote_attr attr = {.size = f->size};
+	struct cache_attr attr = {.size = f->size};
 
 	if (!s)
 		return -ENOMEM;
@@ -164,4 +164,14 @@ bool cache_stream_random(struct cache_stream *s)
 	r = s->random;
 	pthread_mutex_unlock(&s->lock);
 	return r;
+}
+
+struct cache *cache_stream_cache(const struct cache_stream *s)
+{
+	return s->c;
+}
+
+struct cache_file *cache_stream_file(const struct cache_stream *s)
+{
+	return s->f;
 }

@@ -37,7 +37,7 @@ static void test_growth_and_collapse(void)
 	static const unsigned want_window[] = {1, 2, 4, 8, 8, 8};
 	struct cache_stats st0, st;
 	struct cache_stream *s;
-	struct remote_attr a;
+	struct cache_attr a;
 	struct cache_file *f;
 	struct t_env e;
 	uint64_t i, asked;
@@ -118,7 +118,7 @@ static void test_growth_and_collapse(void)
 /* A cache whose readahead may hold BUDGET blocks, with a window of up to 16. */
 static int budget_env(struct t_env *e, struct cache_file **f, struct cache_stream **s)
 {
-	struct remote_attr a;
+	struct cache_attr a;
 
 	if (t_setup(e, "readahead_test", 32, 4) < 0)
 		return -1;

@@ -227,16 +227,6 @@ void cache_tiers_close(struct cache *c)
 	c->lockfd = -1;
 }
 
-struct cache_meta *cache_get_meta(struct cache *c)
-{
-	return c->meta;
-}
-
-static uint32_t whole_len(const struct cache *c, const struct cache_block *b)
-{
-	return (uint32_t)MCFS_MIN(c->bs, b->file->size - (b->index << c->bs_shift));
-}
-
 bool cache_tier_fill(struct cache *c, struct cache_block *b, uint32_t *len)
 {
 	struct cache_meta_key key;
@@ -248,7 +238,8 @@ bool cache_tier_fill(struct cache *c, struct cache_block *b, uint32_t *len)
 	cache_meta_block_key(b->file->path, b->file->version, b->index, &key);
 	/* A miss, a bad checksum (dropped there, logged) or a length that is not
 	 * this version's all go to the store. */
-	if (cache_disk_read(c->disk, &key, b->data, c->bs, &n) < 0 || n != whole_len(c, b))
+	if (cache_disk_read(c->disk, &key, b->data, c->bs, &n) < 0 ||
+	    n != cache_file_block_len(c, b->file, b->index))
 		return false;
 	*len = n;
 	return true;

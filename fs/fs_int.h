@@ -17,7 +17,6 @@
 
 #include "cache.h"
 #include "cfg.h"
-#include "remote.h"
 
 struct gpu;
 struct fs_inodes;
@@ -29,8 +28,7 @@ struct fs_inodes;
 
 struct fs_session {
 	struct cfg cfg;		  /* validated once in main(); read-only afterwards */
-	struct remote *remote;	  /* the store */
-	struct cache *cache;	  /* block cache over the store */
+	struct cache *cache;	  /* the cache: the only door to the store */
 	struct gpu *gpu;	  /* the GPU fast path; answers -ENODEV without a device */
 	struct fs_inodes *inodes; /* inode table and metadata cache (fs/inode.c) */
 	struct fuse_session *se;
@@ -40,7 +38,7 @@ struct fs_session {
 	struct fs_handle *handles;    /* open files, so that teardown frees what the
 					 kernel never released (unmounted with files open) */
 	/* fs/'s counters, one relaxed atomic per FS row of CACHE_COUNTERS
-	 * (cache/counters.h: reads, read_bytes, gpu_loads...). */
+	 * (cache/counters.h: gpu_loads...). */
 	CACHE_COUNTERS(FS_SESSION_COUNTER)
 };
 

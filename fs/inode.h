@@ -3,14 +3,15 @@
  *
  * Inode numbers are stable for the life of the mount: a path gets a number
  * the first time it is seen and keeps it (nodes are never freed before
- * unmount; a model store has thousands of files, not billions). Attributes
- * and directory listings are cached for attr_ttl, "no such name" answers for
- * negative_ttl. Lookups in a directory whose listing is fresh are answered
- * from it without asking the store.
+ * unmount; a model store has thousands of files, not billions). Nodes keep
+ * the attributes, "no such name" answers and directory listings that the
+ * cache gave (cache_stat(), cache_list()) until the expiry it gave with them
+ * (attr_ttl, negative_ttl: the policy is cache/'s). Lookups in a directory
+ * whose listing is fresh are answered from it without asking the cache.
  *
  * Lock: inodes->lock guards the table and every node's fields. It is never
- * held across a store request; it may be held while taking cache->lock
- * (fs inode-table lock, then cache lock: cache.h's lock order).
+ * held across a call into the cache that may reach the store (cache_stat,
+ * cache_list, cache_readlink); cache.h's lock order puts it outermost.
  */
 #ifndef MCFS_FS_INODE_H
 #define MCFS_FS_INODE_H
@@ -26,7 +27,7 @@ struct fs_listing {
 	struct fs_listent {
 		fuse_ino_t ino;
 		struct stat st;
-		char name[REMOTE_NAME_MAX];
+		char name[CACHE_NAME_MAX];
 	} ents[];
 };
 
@@ -95,7 +96,7 @@ MCFS_MUST_CHECK int fs_inode_readlink(struct fs_session *s, fuse_ino_t ino, char
 MCFS_MUST_CHECK int fs_inode_path(struct fs_session *s, fuse_ino_t ino, char *buf, size_t len);
 
 /* Fills a struct stat from store attributes (read-only view, our uid/gid). */
-void fs_attr_to_stat(const struct fs_session *s, fuse_ino_t ino, const struct remote_attr *a,
+void fs_attr_to_stat(const struct fs_session *s, fuse_ino_t ino, const struct cache_attr *a,
 		     struct stat *st);
 
 #endif

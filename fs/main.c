@@ -20,9 +20,6 @@
 #include "cli.h"
 #include "inode.h"
 #include "mount_util.h"
-#ifdef MCFS_HAVE_NET
-#include "manifest.h"
-#endif
 #ifdef MCFS_HAVE_GPU
 #include "gpu.h"
 #endif
@@ -253,24 +250,20 @@ static void teardown(struct fs_session *s)
 		fuse_session_destroy(s->se);
 	if (s->cache)
 		fs_handles_free_all(s); /* files still open at unmount */
-	cache_free(s->cache);		/* waits for fetches in flight */
+	cache_free(s->cache);		/* waits for fetches in flight; closes the store */
 	fs_inodes_free(s->inodes);
-	remote_close(s->remote);
 }
 
 /*
- * Opens the store, builds the cache and mounts. Returns 0 with the session
- * ready to serve, or a negative errno after logging why.
+ * Builds the cache (which opens the store) and mounts. Returns 0 with the
+ * session ready to serve, or a negative errno after logging why.
  */
 static int setup(struct fs_session *s)
 {
 	struct fuse_args args = FUSE_ARGS_INIT(0, NULL);
 	int rc;
 
-	rc = remote_open(&s->cfg, &s->remote);
-	if (rc < 0)
-		return rc;
-	rc = cache_new(&s->cfg, s->remote, &s->cache);
+	rc = cache_new(&s->cfg, &s->cache);
 	if (rc == 0)
 		rc = fs_inodes_new(s, &s->inodes);
 	if (rc < 0)
@@ -434,6 +427,7 @@ static void *ready_thread(void *arg)
 {
 	struct ready_ctx *r = arg;
 	struct fs_session *s = r->s;
+	struct cache_stats cs;
 	struct stat st;
 	char b[32];
 
@@ -445,10 +439,10 @@ static void *ready_thread(void *arg)
 		return NULL;
 	}
 	fs_mount_set_readahead(s->cfg.mountpoint, s->cfg.read_ahead_kb);
+	cache_get_stats(s->cache, &cs); /* the block size and slots the cache settled on */
 	MCFS_INFO("mounted %s on %s (%s store, block %s, RAM tier %llu slots)", s->cfg.source_shown,
-		  s->cfg.mountpoint, remote_kind(s->remote),
-		  mcfs_fmt_bytes(s->cfg.block_size, b, sizeof(b)),
-		  (unsigned long long)(s->cfg.ram_cache / s->cfg.block_size));
+		  s->cfg.mountpoint, cache_store_kind(s->cache),
+		  mcfs_fmt_bytes(cs.block_size, b, sizeof(b)), (unsigned long long)cs.slots);
 	if (r->ready_fd >= 0) {
 		int nul = open("/dev/null", O_RDWR);
 
@@ -661,15 +655,13 @@ int main(int argc, char **argv)
 		return cmd_mount(argc - 1, argv + 1);
 	if (strcmp(cmd, "umount") == 0 || strcmp(cmd, "unmount") == 0)
 		return cmd_umount(argc - 1, argv + 1);
-#ifdef MCFS_HAVE_NET
 	if (strcmp(cmd, "manifest") == 0) {
 		if (argc != 3) {
 			fprintf(stderr, "usage: mcfs manifest DIR > DIR/.mcfs-manifest.json\n");
 			return EXIT_USAGE;
 		}
-		return remote_manifest_write(argv[2], stdout) < 0 ? 1 : 0;
+		return cache_write_manifest(argv[2], stdout) < 0 ? 1 : 0;
 	}
-#endif
 	if (strcmp(cmd, "prefetch") == 0)
 		return fs_cmd_prefetch(argc - 1, argv + 1);
 	if (strcmp(cmd, "status") == 0)

@@ -2,11 +2,9 @@
  * ops.c - the FUSE low-level operations: a read-only view of the store.
  *
  * Names and attributes come from the inode table (inode.c); bytes come from
- * the block cache. A read inside one block is answered straight from the
- * block's slot (fuse_reply_data with the slot's memory: one writev, no extra
- * copy) while a reference pins the block; a read that straddles blocks holds
- * one block at a time and copies into a reply buffer, so a reader never
- * holds two slots and readers can't deadlock over a small RAM tier.
+ * the cache, one cache_read() per READ: it hands back either a pointer into
+ * a pinned block (replied with fuse_reply_data: one writev from the slot, no
+ * extra copy) or a copy across blocks, and fs/ releases it after the reply.
  * Every write-like operation answers EROFS. One reply per request.
  */
 #define _GNU_SOURCE
@@ -36,9 +34,6 @@
  * model must not be able to evict it for every other pod).
  */
 #define XATTR_EVICT "user.mcfs.evict"
-
-/* A random read's partial fetch is aligned to pages: O_DIRECT needs it. */
-#define READ_ALIGN 4096u
 
 static void fs_init(void *userdata, struct fuse_conn_info *conn)
 {
@@ -200,50 +195,6 @@ static void fs_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
 }
 
 /*
- * Gets the block holding byte @off of @f, for reading @n of its bytes from
- * there (@n is cut at the block's end). A random reader's miss fetches just
- * the pages it reads; a streaming reader's, the whole block.
- * Returns 0 with *b (drop with cache_block_put), *in and *n set, or -errno.
- */
-static int get_part(struct fs_session *s, struct fs_handle *h, uint64_t off, size_t *n,
-		    struct cache_block **b, uint32_t *in)
-{
-	uint64_t bs = s->cfg.block_size, start = off - off % bs;
-	uint32_t blen = (uint32_t)MCFS_MIN(bs, cache_file_size(h->file) - start);
-	uint32_t lo = 0, hi = blen;
-
-	*in = (uint32_t)(off - start);
-	*n = MCFS_MIN(*n, (size_t)(blen - *in));
-	if (cache_stream_random(h->stream)) {
-		lo = *in & ~(READ_ALIGN - 1);
-		hi = (uint32_t)MCFS_MIN((uint64_t)blen, ((uint64_t)*in + *n + READ_ALIGN - 1) &
-							    ~(uint64_t)(READ_ALIGN - 1));
-	}
-	return cache_block_get_range(s->cache, h->file, off / bs, lo, hi, b);
-}
-
-/* Copies [off, off+size) of the file into buf, one block reference at a time. */
-static int read_copy(struct fs_session *s, struct fs_handle *h, uint64_t off, size_t size,
-		     char *buf)
-{
-	struct cache_block *b;
-	size_t done = 0, n;
-	uint32_t in;
-	int rc;
-
-	while (done < size) {
-		n = size - done;
-		rc = get_part(s, h, off + done, &n, &b, &in);
-		if (rc < 0)
-			return rc;
-		memcpy(buf + done, cache_block_data(b) + in, n);
-		cache_block_put(s->cache, b);
-		done += n;
-	}
-	return 0;
-}
-
-/*
  * A failed read answers EIO. If the file changed in the store, its cached
  * attributes are dropped too, so that a reopen sees the new version.
  */
@@ -260,48 +211,28 @@ static void fs_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 		    struct fuse_file_info *fi)
 {
 	struct fs_handle *h = (struct fs_handle *)(uintptr_t)fi->fh;
-	struct fs_session *s = fs_sess(req);
-	uint64_t fsize = cache_file_size(h->file), bs = s->cfg.block_size;
 	struct fuse_bufvec bv = FUSE_BUFVEC_INIT(0);
-	struct cache_block *b;
-	char *buf;
+	struct cache_read_reply r;
 	int rc;
 
-	if (off < 0 || (uint64_t)off >= fsize || size == 0) {
+	if (off < 0) {
 		fuse_reply_buf(req, NULL, 0);
 		return;
 	}
-	size = (size_t)MCFS_MIN((uint64_t)size, fsize - (uint64_t)off);
-	atomic_fetch_add_explicit(&s->reads, 1, memory_order_relaxed);
-	atomic_fetch_add_explicit(&s->read_bytes, size, memory_order_relaxed);
-	cache_stream_access(h->stream, (uint64_t)off, size);
-	if ((uint64_t)off / bs == ((uint64_t)off + size - 1) / bs) {
-		size_t n = size;
-		uint32_t in;
-
-		rc = get_part(s, h, (uint64_t)off, &n, &b, &in);
-		if (rc < 0) {
-			read_failed(req, ino, rc);
-			return;
-		}
-		/* Zero copy: the reply is written from the slot while our reference pins it. */
-		bv.buf[0].size = size;
-		bv.buf[0].mem = (char *)cache_block_data(b) + in;
-		fuse_reply_data(req, &bv, 0);
-		cache_block_put(s->cache, b);
-		return;
-	}
-	buf = malloc(size);
-	if (!buf) {
-		fuse_reply_err(req, ENOMEM);
-		return;
-	}
-	rc = read_copy(s, h, (uint64_t)off, size, buf);
-	if (rc < 0)
+	rc = cache_read(h->stream, (uint64_t)off, size, &r);
+	if (rc < 0) {
 		read_failed(req, ino, rc);
-	else
-		fuse_reply_buf(req, buf, size);
-	free(buf);
+		return;
+	}
+	if (r.pinned) {
+		/* Zero copy: the reply is written from the block's slot, pinned until done. */
+		bv.buf[0].size = r.len;
+		bv.buf[0].mem = (char *)r.data;
+		fuse_reply_data(req, &bv, 0);
+	} else {
+		fuse_reply_buf(req, r.data, r.len); /* a copy across blocks, or EOF */
+	}
+	cache_read_done(&r);
 }
 
 static void fs_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
@@ -402,19 +333,18 @@ static void fs_readdirplus(fuse_req_t req, fuse_ino_t ino, size_t size, off_t of
 static void fs_statfs(fuse_req_t req, fuse_ino_t ino)
 {
 	struct fs_session *s = fs_sess(req);
-	uint64_t total = 0, avail = 0;
+	uint64_t total, avail;
 	struct statvfs sv;
 
 	(void)ino;
-	if (remote_statfs(s->remote, &total, &avail) < 0)
-		total = avail = 0; /* object stores have no capacity to report */
+	cache_statfs(s->cache, &total, &avail); /* 0 and 0 from object stores */
 	memset(&sv, 0, sizeof(sv));
 	sv.f_bsize = 4096;
 	sv.f_frsize = 4096;
 	sv.f_blocks = total / 4096;
 	sv.f_bfree = avail / 4096;
 	sv.f_bavail = avail / 4096;
-	sv.f_namemax = REMOTE_NAME_MAX - 1;
+	sv.f_namemax = CACHE_NAME_MAX - 1;
 	sv.f_flag = ST_RDONLY;
 	fuse_reply_statfs(req, &sv);
 }

@@ -111,7 +111,7 @@ static void test_round_trip(void)
 	CHECK(st.cache.store_bytes == numbered(text, "store_bytes"));
 	CHECK(st.cache.disk.hits == numbered(text, "disk_hits"));
 	CHECK(st.cache.disk.queued == numbered(text, "disk_queued"));
-	CHECK(st.reads == numbered(text, "fuse_reads"));
+	CHECK(st.cache.reads == numbered(text, "fuse_reads"));
 	CHECK(st.gpu_load_ns == numbered(text, "gpu_load_ns"));
 	CHECK(st.cache.disk_off_reason == numbered(text, "disk_off_reason"));
 }

@@ -191,7 +191,7 @@ static void maybe_refresh(struct remote *r, struct http *h)
 }
 
 /* HEAD of a file. Fills size, mtime and version; 0, -ENOENT, -EIO... */
-static int head_file(struct http *h, const char *path, struct remote_attr *out, long *status,
+static int head_file(struct http *h, const char *path, struct cache_attr *out, long *status,
 		     char *location, size_t loclen)
 {
 	char url[REMOTE_URL_MAX];
@@ -222,7 +222,7 @@ static int head_file(struct http *h, const char *path, struct remote_attr *out, 
 	return 0;
 }
 
-static int stat_manifest(struct http *h, const char *path, struct remote_attr *out)
+static int stat_manifest(struct http *h, const char *path, struct cache_attr *out)
 {
 	char loc[8];
 	long status;
@@ -243,7 +243,7 @@ static int stat_manifest(struct http *h, const char *path, struct remote_attr *o
 	return rc;
 }
 
-static int http_stat(struct remote *r, const char *path, struct remote_attr *out)
+static int http_stat(struct remote *r, const char *path, struct cache_attr *out)
 {
 	struct http *h = r->priv;
 	char loc[512], url[REMOTE_URL_MAX];
@@ -295,7 +295,7 @@ static int http_stat(struct remote *r, const char *path, struct remote_attr *out
 	return 0;
 }
 
-static int http_list(struct remote *r, const char *path, struct remote_dirent **out, size_t *n)
+static int http_list(struct remote *r, const char *path, struct cache_dirent **out, size_t *n)
 {
 	struct http *h = r->priv;
 	char url[REMOTE_URL_MAX];
@@ -338,7 +338,7 @@ static int http_readlink(struct remote *r, const char *path, char *buf, size_t l
 {
 	struct http *h = r->priv;
 	const char *target = NULL;
-	struct remote_attr a;
+	struct cache_attr a;
 	int rc = -EINVAL;
 
 	if (!h->man)

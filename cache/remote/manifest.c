@@ -37,7 +37,7 @@ struct ment {
 	const char *name;  /* points into path */
 	char *target;	   /* symlink target, owned; NULL otherwise */
 	bool implied;	   /* added as the parent of another entry, not listed itself */
-	struct remote_attr attr;
+	struct cache_attr attr;
 };
 
 struct remote_manifest {
@@ -260,7 +260,7 @@ static const char *kind(const struct ment *e)
 	return S_ISDIR(e->attr.mode) ? "directory" : S_ISLNK(e->attr.mode) ? "symlink" : "file";
 }
 
-static int add_ment(struct remote_manifest *m, const char *path, const struct remote_attr *a,
+static int add_ment(struct remote_manifest *m, const char *path, const struct cache_attr *a,
 		    const char *target)
 {
 	struct ment *e;
@@ -318,7 +318,7 @@ static int parse_entry(struct remote_manifest *m, const cJSON *o, const cJSON *t
 {
 	const char *path = str(o, "path"), *type = str(o, "type");
 	const char *target = str(o, "target"), *why;
-	struct remote_attr a;
+	struct cache_attr a;
 
 	if (!path || !type) {
 		MCFS_WARN("http: manifest entry without a \"path\" or \"type\" string: skipped");
@@ -410,7 +410,7 @@ static void log_dup(const struct ment *kept, const struct ment *dup)
 /* Adds every missing parent directory, then sorts and drops duplicates. */
 static int finish(struct remote_manifest *m)
 {
-	struct remote_attr dir = {.mode = S_IFDIR | 0555};
+	struct cache_attr dir = {.mode = S_IFDIR | 0555};
 	size_t i, n0 = m->n, k;
 	char buf[4096];
 	int rc;
@@ -510,8 +510,8 @@ size_t remote_manifest_count(const struct remote_manifest *m)
 	return m->n;
 }
 
-int remote_manifest_stat(const struct remote_manifest *m, const char *path,
-			 struct remote_attr *attr, const char **target)
+int remote_manifest_stat(const struct remote_manifest *m, const char *path, struct cache_attr *attr,
+			 const char **target)
 {
 	const struct ment *e;
 
@@ -532,11 +532,11 @@ int remote_manifest_stat(const struct remote_manifest *m, const char *path,
 }
 
 int remote_manifest_list(const struct remote_manifest *m, const char *path,
-			 struct remote_dirent **out, size_t *n)
+			 struct cache_dirent **out, size_t *n)
 {
 	size_t plen = strlen(path), lo = 0, hi = m->n, i, k = 0;
-	struct remote_dirent *ents;
-	struct remote_attr a;
+	struct cache_dirent *ents;
+	struct cache_attr a;
 	int rc;
 
 	rc = remote_manifest_stat(m, path, &a, NULL);
@@ -573,7 +573,7 @@ int remote_manifest_list(const struct remote_manifest *m, const char *path,
 
 /* One autoindex entry into @e; 0 if it is shown, -EINVAL if refused (logged). */
 static int autoindex_entry(const cJSON *o, const cJSON *twin, const char *what,
-			   struct remote_dirent *e)
+			   struct cache_dirent *e)
 {
 	const char *name = str(o, "name"), *type = str(o, "type"), *mt = str(o, "mtime");
 	const char *why;
@@ -616,9 +616,9 @@ static int autoindex_entry(const cJSON *o, const cJSON *twin, const char *what,
 }
 
 int remote_autoindex_parse(const char *json, size_t len, const char *what,
-			   struct remote_dirent **out, size_t *n)
+			   struct cache_dirent **out, size_t *n)
 {
-	struct remote_dirent *ents;
+	struct cache_dirent *ents;
 	const cJSON *o, *t;
 	cJSON *root, *twin;
 	size_t k = 0;

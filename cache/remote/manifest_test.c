@@ -31,8 +31,8 @@ static const char manual[] =
 static void test_parse(void)
 {
 	struct remote_manifest *m = NULL;
-	struct remote_dirent *e = NULL;
-	struct remote_attr a;
+	struct cache_dirent *e = NULL;
+	struct cache_attr a;
 	const char *target = NULL;
 	size_t n = 0;
 
@@ -80,8 +80,8 @@ static void test_roundtrip(const char *base)
 {
 	char dir[512], p[600], *buf = NULL;
 	struct remote_manifest *m = NULL;
-	struct remote_dirent *e = NULL;
-	struct remote_attr a;
+	struct cache_dirent *e = NULL;
+	struct cache_attr a;
 	size_t len = 0, n = 0;
 	FILE *mem;
 	int fd;
@@ -177,7 +177,7 @@ static void test_autoindex(void)
 	    "10:00:00 GMT\", \"size\":1073741824 },\n"
 	    "{ \"name\":\"sub\", \"type\":\"directory\", \"mtime\":\"Wed, 22 Nov 2023 10:00:00 "
 	    "GMT\" },\n{ \"name\":\"sock\", \"type\":\"other\" }\n]";
-	struct remote_dirent *e = NULL;
+	struct cache_dirent *e = NULL;
 	size_t n = 0;
 
 	CHECK(remote_autoindex_parse(page, sizeof(page) - 1, "t", &e, &n) == 0);
@@ -198,7 +198,7 @@ static void test_autoindex(void)
 static void test_autoindex_refusals(void)
 {
 	char page[4096], longname[301];
-	struct remote_dirent *e = NULL;
+	struct cache_dirent *e = NULL;
 	size_t n = 0, i;
 	char *log;
 
@@ -225,7 +225,7 @@ static void test_autoindex_refusals(void)
 	for (i = 0; i < n; i++) {
 		CHECK(strcmp(e[i].name, "evil") != 0 && strcmp(e[i].name, "raw") != 0,
 		      "'%s' shown cut short at its NUL", e[i].name);
-		CHECK(strlen(e[i].name) < REMOTE_NAME_MAX);
+		CHECK(strlen(e[i].name) < CACHE_NAME_MAX);
 	}
 	if (n == 3) {
 		CHECK(strcmp(e[0].name, "ok.bin") == 0);
@@ -245,9 +245,9 @@ static void test_manifest_refusals(void)
 {
 	char text[4096], longname[301];
 	struct remote_manifest *m = NULL;
-	struct remote_dirent *e = NULL;
+	struct cache_dirent *e = NULL;
 	const char *target = NULL;
-	struct remote_attr a;
+	struct cache_attr a;
 	size_t n = 0;
 	char *log;
 

@@ -15,7 +15,7 @@
 
 /* One page of a ListObjectsV2 answer, appended to by remote_s3_parse_list(). */
 struct remote_s3_page {
-	struct remote_dirent *ents; /* caller frees with free() */
+	struct cache_dirent *ents; /* caller frees with free() */
 	size_t n, cap;
 	bool truncated;	  /* IsTruncated */
 	char token[2048]; /* NextContinuationToken; "" if none */
@@ -76,11 +76,11 @@ void remote_manifest_free(struct remote_manifest *m);
 
 /* Looks a path up. Returns 0 with attr (and symlink target, if any) or -ENOENT. */
 MCFS_MUST_CHECK int remote_manifest_stat(const struct remote_manifest *m, const char *path,
-					 struct remote_attr *attr, const char **target);
+					 struct cache_attr *attr, const char **target);
 
 /* Lists a directory: 0 with a malloc'd array, -ENOENT, -ENOTDIR, -ENOMEM. */
 MCFS_MUST_CHECK int remote_manifest_list(const struct remote_manifest *m, const char *path,
-					 struct remote_dirent **out, size_t *n);
+					 struct cache_dirent **out, size_t *n);
 
 /* Number of entries (files, dirs, links). */
 size_t remote_manifest_count(const struct remote_manifest *m);
@@ -95,6 +95,6 @@ size_t remote_manifest_count(const struct remote_manifest *m);
  * JSON array), -ENOMEM.
  */
 MCFS_MUST_CHECK int remote_autoindex_parse(const char *json, size_t len, const char *what,
-					   struct remote_dirent **out, size_t *n);
+					   struct cache_dirent **out, size_t *n);
 
 #endif

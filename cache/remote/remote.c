@@ -38,7 +38,7 @@ static const struct remote_ops *pick(const char *source)
 int remote_open(const struct cfg *cfg, struct remote **out)
 {
 	const struct remote_ops *ops = pick(cfg->source);
-	struct remote_attr root;
+	struct cache_attr root;
 	struct remote *r;
 	int rc;
 
@@ -107,14 +107,14 @@ const char *remote_name_refusal(const char *name)
 		return "'.' and '..' would escape the mount";
 	if (strchr(name, '/'))
 		return "a '/' inside a name would escape the mount";
-	if (n >= REMOTE_NAME_MAX)
+	if (n >= CACHE_NAME_MAX)
 		return "it is longer than 255 bytes";
 	return NULL;
 }
 
 const char *remote_path_refusal(const char *path)
 {
-	char name[REMOTE_NAME_MAX];
+	char name[CACHE_NAME_MAX];
 	const char *p = path, *slash, *why;
 	size_t n;
 
@@ -125,7 +125,7 @@ const char *remote_path_refusal(const char *path)
 	for (;;) {
 		slash = strchr(p, '/');
 		n = slash ? (size_t)(slash - p) : strlen(p);
-		if (n >= REMOTE_NAME_MAX)
+		if (n >= CACHE_NAME_MAX)
 			return "a part is longer than 255 bytes";
 		memcpy(name, p, n);
 		name[n] = '\0';
@@ -204,7 +204,7 @@ bool remote_first_time(struct remote *r, const char *what, const char *path)
 }
 
 /* Drops entries whose names could escape the mount or can't be shown. */
-static size_t filter_names(struct remote *r, const char *dir, struct remote_dirent *ents, size_t n)
+static size_t filter_names(struct remote *r, const char *dir, struct cache_dirent *ents, size_t n)
 {
 	size_t i, kept = 0;
 	char path[4096];
@@ -230,7 +230,7 @@ static size_t filter_names(struct remote *r, const char *dir, struct remote_dire
 /* Order for remote_dedupe(): by name, then non-directories first. */
 static int dirent_cmp(const void *a, const void *b)
 {
-	const struct remote_dirent *x = a, *y = b;
+	const struct cache_dirent *x = a, *y = b;
 	int c = strcmp(x->name, y->name);
 
 	if (c != 0)
@@ -247,7 +247,7 @@ static const char *kind_name(uint32_t mode)
 	return S_ISDIR(mode) ? "a directory" : S_ISLNK(mode) ? "a symlink" : "a file";
 }
 
-size_t remote_dedupe(struct remote *r, const char *dir, struct remote_dirent *ents, size_t n)
+size_t remote_dedupe(struct remote *r, const char *dir, struct cache_dirent *ents, size_t n)
 {
 	size_t i, kept = 0;
 	char path[4096];
@@ -308,7 +308,7 @@ static bool link_allowed(struct remote *r, const char *path, const char *target)
 }
 
 /* Hides the symlinks that r->links refuses. */
-static size_t filter_links(struct remote *r, const char *dir, struct remote_dirent *ents, size_t n)
+static size_t filter_links(struct remote *r, const char *dir, struct cache_dirent *ents, size_t n)
 {
 	char path[4096];
 	size_t i, kept = 0;
@@ -327,7 +327,7 @@ static size_t filter_links(struct remote *r, const char *dir, struct remote_dire
 	return kept;
 }
 
-int remote_stat(struct remote *r, const char *path, struct remote_attr *out)
+int remote_stat(struct remote *r, const char *path, struct cache_attr *out)
 {
 	int rc;
 
@@ -342,7 +342,7 @@ int remote_stat(struct remote *r, const char *path, struct remote_attr *out)
 	return rc;
 }
 
-int remote_list(struct remote *r, const char *path, struct remote_dirent **out, size_t *n)
+int remote_list(struct remote *r, const char *path, struct cache_dirent **out, size_t *n)
 {
 	int rc;
 

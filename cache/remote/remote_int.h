@@ -19,8 +19,8 @@ struct remote_ops {
 	/* Sets r->priv. cfg->source has been matched to this backend. */
 	int (*open)(struct remote *r);
 	void (*close)(struct remote *r);
-	int (*stat)(struct remote *r, const char *path, struct remote_attr *out);
-	int (*list)(struct remote *r, const char *path, struct remote_dirent **out, size_t *n);
+	int (*stat)(struct remote *r, const char *path, struct cache_attr *out);
+	int (*list)(struct remote *r, const char *path, struct cache_dirent **out, size_t *n);
 	int (*readlink)(struct remote *r, const char *path, char *buf, size_t len);
 	ssize_t (*read)(struct remote *r, const struct remote_obj *obj, uint64_t off, void *buf,
 			size_t len);
@@ -57,7 +57,7 @@ static inline void remote_count(_Atomic uint64_t *ctr, uint64_t n)
 
 /*
  * Why one name from a store's listing can't be shown, or NULL if it can: it is
- * empty, "." or "..", holds a '/', or is REMOTE_NAME_MAX bytes or longer.
+ * empty, "." or "..", holds a '/', or is CACHE_NAME_MAX bytes or longer.
  * Returns a constant string (for a log line). Can't fail.
  */
 const char *remote_name_refusal(const char *name);
@@ -80,7 +80,7 @@ const char *remote_link_refusal(const char *link, const char *target);
  * would answer; each drop is logged once (through @r; NULL = always), naming
  * @dir. Returns the new count. Can't fail.
  */
-size_t remote_dedupe(struct remote *r, const char *dir, struct remote_dirent *ents, size_t n);
+size_t remote_dedupe(struct remote *r, const char *dir, struct cache_dirent *ents, size_t n);
 
 /*
  * True the first time @r is asked about this (@what, @path) pair, so that a

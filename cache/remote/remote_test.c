@@ -15,10 +15,10 @@
 
 static void test_names(void)
 {
-	char longname[REMOTE_NAME_MAX + 1];
+	char longname[CACHE_NAME_MAX + 1];
 
 	memset(longname, 'n', sizeof(longname) - 1);
-	longname[REMOTE_NAME_MAX] = '\0';
+	longname[CACHE_NAME_MAX] = '\0';
 	CHECK(remote_name_refusal("model.bin") == NULL);
 	CHECK(remote_name_refusal("...") == NULL);
 	CHECK(remote_name_refusal("") != NULL);
@@ -26,7 +26,7 @@ static void test_names(void)
 	CHECK(remote_name_refusal("..") != NULL);
 	CHECK(remote_name_refusal("a/b") != NULL);
 	CHECK(remote_name_refusal(longname) != NULL); /* 256 bytes */
-	longname[REMOTE_NAME_MAX - 1] = '\0';
+	longname[CACHE_NAME_MAX - 1] = '\0';
 	CHECK(remote_name_refusal(longname) == NULL); /* 255 bytes: the most a name has */
 	CHECK(remote_path_refusal("a/b/c") == NULL);
 	CHECK(remote_path_refusal("") == NULL);
@@ -68,7 +68,7 @@ static void test_links(void)
 	}
 }
 
-static void set(struct remote_dirent *e, const char *name, uint32_t mode, uint64_t size)
+static void set(struct cache_dirent *e, const char *name, uint32_t mode, uint64_t size)
 {
 	memset(e, 0, sizeof(*e));
 	snprintf(e->name, sizeof(e->name), "%s", name);
@@ -78,7 +78,7 @@ static void set(struct remote_dirent *e, const char *name, uint32_t mode, uint64
 
 static void test_dedupe(void)
 {
-	struct remote_dirent e[6];
+	struct cache_dirent e[6];
 	size_t n;
 
 	set(&e[0], "dup", S_IFDIR | 0555, 0);

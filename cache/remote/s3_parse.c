@@ -40,7 +40,7 @@ struct xml_ctx {
 	/* the <Contents> being read */
 	char key[XML_TEXT_MAX];
 	bool key_cut;
-	struct remote_attr attr;
+	struct cache_attr attr;
 	int rc;
 };
 
@@ -90,7 +90,7 @@ static void on_text(void *user, const XML_Char *s, int len)
  * would escape the mount or can't be shown, and keys that were cut (@cut).
  */
 static void add_entry(struct xml_ctx *c, const char *key, bool cut, bool dir,
-		      const struct remote_attr *a)
+		      const struct cache_attr *a)
 {
 	struct remote_s3_page *p = c->page;
 	char name[XML_TEXT_MAX];
@@ -114,7 +114,7 @@ static void add_entry(struct xml_ctx *c, const char *key, bool cut, bool dir,
 	}
 	if (p->n == p->cap) {
 		size_t cap = p->cap ? 2 * p->cap : 64;
-		struct remote_dirent *e = realloc(p->ents, cap * sizeof(*e));
+		struct cache_dirent *e = realloc(p->ents, cap * sizeof(*e));
 
 		if (!e) {
 			c->rc = -ENOMEM;
