@@ -8,9 +8,11 @@
  *    `autoindex_format json` page of each directory (<base>/<dir>/).
  *  - stat of a file is a HEAD, always: its ETag (as sent, quotes kept) or,
  *    without one, its Last-Modified is the version that reads carry, so a
- *    reopen after the file was replaced sees the new version. Directories and
- *    symlinks come from the manifest, or (autoindex) from the redirect that
- *    nginx answers for a directory named without its trailing '/'.
+ *    reopen after the file was replaced sees the new version. An open's
+ *    confirmation (stat_file) is that HEAD alone, with no manifest refresh.
+ *    Directories and symlinks come from the manifest, or (autoindex) from the
+ *    redirect that nginx answers for a directory named without its trailing
+ *    '/'.
  *  - read: one ranged GET with If-Match (strong ETag) plus If-Range, or
  *    If-Unmodified-Since/If-Range with the date when there is no strong ETag;
  *    the fetch layer also checks the answer's ETag and total size.
@@ -295,6 +297,25 @@ static int http_stat(struct remote *r, const char *path, struct cache_attr *out)
 	return 0;
 }
 
+/*
+ * For an open's confirmation: one HEAD, whatever the manifest says (a
+ * manifest only names files; the server's HEAD is the version). Anything but
+ * 200 or 404 (a redirect: a directory now) gets the full stat.
+ */
+static int http_stat_file(struct remote *r, const char *path, struct cache_attr *out)
+{
+	struct http *h = r->priv;
+	long status = 0;
+	char loc[8];
+	int rc;
+
+	memset(out, 0, sizeof(*out));
+	rc = head_file(h, path, out, &status, loc, sizeof(loc));
+	if (rc < 0 || status == 200)
+		return rc;
+	return http_stat(r, path, out);
+}
+
 static int http_list(struct remote *r, const char *path, struct cache_dirent **out, size_t *n)
 {
 	struct http *h = r->priv;
@@ -409,6 +430,7 @@ const struct remote_ops remote_http_ops = {
     .open = http_open,
     .close = http_close,
     .stat = http_stat,
+    .stat_file = http_stat_file,
     .list = http_list,
     .readlink = http_readlink,
     .read = http_read,

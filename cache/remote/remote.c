@@ -342,6 +342,23 @@ int remote_stat(struct remote *r, const char *path, struct cache_attr *out)
 	return rc;
 }
 
+int remote_stat_file(struct remote *r, const char *path, struct cache_attr *out)
+{
+	int rc;
+
+	if (!r->ops->stat_file || path[0] == '\0')
+		return remote_stat(r, path, out);
+	if (remote_check_path(path) < 0)
+		return -EINVAL;
+	remote_count(&r->requests, 1);
+	rc = r->ops->stat_file(r, path, out);
+	if (rc < 0 && rc != -ENOENT && rc != -ENOTDIR)
+		remote_count(&r->errors, 1);
+	if (rc == 0 && S_ISLNK(out->mode) && !link_allowed(r, path, NULL))
+		return -ENOENT;
+	return rc;
+}
+
 int remote_list(struct remote *r, const char *path, struct cache_dirent **out, size_t *n)
 {
 	int rc;

@@ -77,6 +77,16 @@ const char *remote_kind(const struct remote *r);
 MCFS_MUST_CHECK int remote_stat(struct remote *r, const char *path, struct cache_attr *out);
 
 /*
+ * The attributes of @path now, for an open that must confirm the version of
+ * the file it opens (close-to-open): as remote_stat(), in one store request
+ * while @path is still a regular file: posix, a stat; http, one HEAD (a
+ * manifest older than attr_ttl is not fetched again for it); s3, one HEAD.
+ * A path that is gone or no longer a file costs what remote_stat() costs.
+ * No validator is sent: the answer names the version, whatever it is.
+ */
+MCFS_MUST_CHECK int remote_stat_file(struct remote *r, const char *path, struct cache_attr *out);
+
+/*
  * Lists a directory. On success *out is an array of *n entries (caller frees
  * with free()); entries carry attributes. "." and ".." are not listed.
  */

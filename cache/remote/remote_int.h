@@ -20,6 +20,9 @@ struct remote_ops {
 	int (*open)(struct remote *r);
 	void (*close)(struct remote *r);
 	int (*stat)(struct remote *r, const char *path, struct cache_attr *out);
+	/* remote_stat_file(): the stat of a path expected to be a regular file,
+	 * in one request. NULL: stat is one request already. */
+	int (*stat_file)(struct remote *r, const char *path, struct cache_attr *out);
 	int (*list)(struct remote *r, const char *path, struct cache_dirent **out, size_t *n);
 	int (*readlink)(struct remote *r, const char *path, char *buf, size_t len);
 	ssize_t (*read)(struct remote *r, const struct remote_obj *obj, uint64_t off, void *buf,

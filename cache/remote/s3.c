@@ -277,35 +277,45 @@ static int s3_list(struct remote *r, const char *path, struct cache_dirent **out
 	return 0;
 }
 
+/* HEAD of the object @path: 0 with *out filled, -ENOENT for no such key, or the error. */
+static int head_object(struct s3 *s, const char *path, struct cache_attr *out)
+{
+	char url[REMOTE_URL_MAX], what[REMOTE_URL_MAX];
+	struct remote_req req = {.method = "HEAD", .url = url, .what = what, .quiet_404 = true};
+	struct remote_resp resp;
+	int rc;
+
+	rc = object_url(s, path, url, sizeof(url), what, sizeof(what));
+	if (rc < 0)
+		return rc;
+	req.sig = s->sig.access_key ? &s->sig : NULL;
+	rc = remote_fetch_do(s->fetch, &req, &resp);
+	free(resp.body);
+	if (rc == 0) {
+		out->mode = S_IFREG | 0444;
+		out->size = resp.content_length > 0 ? (uint64_t)resp.content_length : 0;
+		out->mtime_ns = resp.mtime_ns;
+		snprintf(out->version, sizeof(out->version), "%s", resp.etag);
+	} else if (rc == -EACCES) {
+		log_refused(s, "", what);
+	}
+	return rc;
+}
+
 static int s3_stat(struct remote *r, const char *path, struct cache_attr *out)
 {
 	struct s3 *s = r->priv;
-	char url[REMOTE_URL_MAX], what[REMOTE_URL_MAX], dir[REMOTE_URL_MAX];
-	struct remote_req req = {.method = "HEAD", .url = url, .what = what, .quiet_404 = true};
+	char dir[REMOTE_URL_MAX];
 	struct remote_s3_page page;
-	struct remote_resp resp;
 	int rc;
 
 	memset(out, 0, sizeof(*out));
 	memset(&page, 0, sizeof(page));
 	if (path[0]) {
-		rc = object_url(s, path, url, sizeof(url), what, sizeof(what));
-		if (rc < 0)
-			return rc;
-		req.sig = s->sig.access_key ? &s->sig : NULL;
-		rc = remote_fetch_do(s->fetch, &req, &resp);
-		free(resp.body);
-		if (rc == 0) {
-			out->mode = S_IFREG | 0444;
-			out->size = resp.content_length > 0 ? (uint64_t)resp.content_length : 0;
-			out->mtime_ns = resp.mtime_ns;
-			snprintf(out->version, sizeof(out->version), "%s", resp.etag);
-			return 0;
-		}
-		if (rc == -EACCES)
-			log_refused(s, "", what);
+		rc = head_object(s, path, out);
 		if (rc != -ENOENT)
 			return rc;
+		memset(out, 0, sizeof(*out));
 	}
 	/* a directory is a prefix with at least one key under it; the root always is */
 	snprintf(dir, sizeof(dir), "%s%s%s", s->prefix, path, path[0] ? "/" : "");
@@ -317,6 +327,17 @@ static int s3_stat(struct remote *r, const char *path, struct cache_attr *out)
 		return -ENOENT;
 	out->mode = S_IFDIR | 0555;
 	return 0;
+}
+
+/* For an open's confirmation: the HEAD alone; no such key gets the full stat
+ * (a directory now, or gone). */
+static int s3_stat_file(struct remote *r, const char *path, struct cache_attr *out)
+{
+	int rc;
+
+	memset(out, 0, sizeof(*out));
+	rc = head_object(r->priv, path, out);
+	return rc == -ENOENT ? s3_stat(r, path, out) : rc;
 }
 
 static int s3_readlink(struct remote *r, const char *path, char *buf, size_t len)
@@ -377,6 +398,7 @@ const struct remote_ops remote_s3_ops = {
     .open = s3_open,
     .close = s3_close,
     .stat = s3_stat,
+    .stat_file = s3_stat_file,
     .list = s3_list,
     .readlink = s3_readlink,
     .read = s3_read,
