@@ -54,6 +54,11 @@ static int check_symlinks(const char *v)
 		   : -EINVAL;
 }
 
+static int check_open_check(const char *v)
+{
+	return strcmp(v, "always") == 0 || strcmp(v, "ttl") == 0 ? 0 : -EINVAL;
+}
+
 static int check_disk_cache(const char *v)
 {
 	uint64_t bytes;
@@ -103,9 +108,13 @@ static const struct key keys[] = {
      "1 to 256; fetches in flight to the store"},
     {"odirect", KEY_BOOL, F(odirect), 0, 0, NULL, "true or false; posix store reads with O_DIRECT"},
     {"attr_ttl", KEY_DOUBLE, F(attr_ttl), 0, 1e9, NULL,
-     "seconds, 0 or more; how long attributes and listings are trusted"},
+     "seconds, 0 or more; how long attributes and listings are trusted (stat, ls; opens: "
+     "see open_check)"},
     {"negative_ttl", KEY_DOUBLE, F(negative_ttl), 0, 1e9, NULL,
      "seconds, 0 or more; how long a missing name stays missing"},
+    {"open_check", KEY_STR, F(open_check), 0, 0, check_open_check,
+     "always or ttl; always: every open confirms the file's version with the store "
+     "(close-to-open); ttl: an open trusts attributes younger than attr_ttl"},
     {"read_ahead_kb", KEY_UINT, F(read_ahead_kb), 0, 1048576, NULL,
      "0 to 1048576 KiB; kernel readahead set on the mount (0 = kernel default)"},
     {"splice", KEY_BOOL, F(splice), 0, 0, NULL, "true or false; splice replies into /dev/fuse"},
@@ -188,6 +197,9 @@ void cfg_init(struct cfg *c)
 	c->connections = 16; /* one stream caps a NAS or an object store */
 	c->attr_ttl = 3600;  /* model files are immutable: trust for an hour */
 	c->negative_ttl = 10;
+	/* close-to-open: a file rewritten in the store is seen by the next open,
+	 * after a restart too (issue 16); one stat or HEAD per open */
+	snprintf(c->open_check, sizeof(c->open_check), "always");
 	c->read_ahead_kb = 8192; /* large enough for 1 MiB FUSE READs, several in flight */
 	c->splice = false; /* measured: no gain at 1 MiB requests (tests/bench/bench_seq.sh) */
 	/* The RAM tier is the cache: a cold read through the source's page cache

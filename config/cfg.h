@@ -44,6 +44,7 @@ struct cfg {
 	/* Metadata. */
 	double attr_ttl;     /* seconds an attribute or listing is trusted */
 	double negative_ttl; /* seconds a "no such file" answer is trusted */
+	char open_check[8];  /* "always": an open confirms the version with the store; "ttl" */
 
 	/* Kernel / FUSE. */
 	unsigned read_ahead_kb; /* written to the mount's bdi after mounting; 0 = leave */

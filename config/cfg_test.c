@@ -70,6 +70,7 @@ static void test_defaults(void)
 	CHECK(strcmp(c.region, "us-east-1") == 0, "region '%s'", c.region);
 	CHECK(strcmp(c.addressing, "path") == 0, "addressing '%s'", c.addressing);
 	CHECK(strcmp(c.symlinks, "contained") == 0, "symlinks '%s'", c.symlinks);
+	CHECK(strcmp(c.open_check, "always") == 0, "open_check '%s'", c.open_check);
 	CHECK(c.timeout == 30 && c.stall_timeout == 5, "timeout %g stall_timeout %g", c.timeout,
 	      c.stall_timeout);
 	CHECK(strcmp(c.cache_dir, "/var/cache/mcfs") == 0, "cache_dir '%s'", c.cache_dir);
@@ -306,6 +307,9 @@ static void test_values(void)
 	expect_ok("symlinks", "any");
 	expect_ok("symlinks", "none");
 	expect_bad("symlinks", "inside", "contained, any or none");
+	expect_ok("open_check", "always");
+	expect_ok("open_check", "ttl");
+	expect_bad("open_check", "never", "always or ttl");
 	expect_ok("stall_timeout", "0");
 	expect_ok("stall_timeout", "2.5");
 	expect_bad("stall_timeout", "-1", "0 to 3600");
