@@ -18,6 +18,17 @@
  * measured on the wall clock (the monotonic one restarts with the machine)
  * and turned into a monotonic expiry for the caller.
  *
+ * Opens are the exception to attr_ttl (cache_confirm()): close-to-open
+ * consistency, as NFS gives. An open asks the store for the file's version
+ * every time (posix: a stat; http, s3: one HEAD, no body), whatever LMDB or
+ * fs/ hold, so that a file rewritten in the store under the same name and
+ * size, while mcfs ran or while it was down, is never served from the old
+ * blocks in either tier: they are keyed by the old version. That costs one
+ * round trip per open; opens are not batched into one confirmation, since one
+ * that began before an open arrived can't vouch for a change made after.
+ * open_check=ttl turns it off (opens trust attr_ttl, as stats do). Offline, an
+ * open the store does not answer gets LMDB's version, logged and counted.
+ *
  * Failures to record are logged once by cache/meta and otherwise ignored:
  * the store's answer is served either way. Symlink targets and capacity are
  * not recorded: they go to the store every time.
@@ -93,6 +104,18 @@ static double ttl_of(const struct cache *c, bool exists)
 	return exists ? c->cfg->attr_ttl : c->cfg->negative_ttl;
 }
 
+/* Records a definite store answer about @path (write-through to LMDB). */
+static void record(struct cache *c, const char *path, int rc, const struct cache_attr *a)
+{
+	int put;
+
+	if (!c->meta)
+		return;
+	put = cache_meta_put_attr(c->meta, path, rc == 0 ? a : NULL, cache_meta_now());
+	if (put < 0) /* warned about once by cache/meta */
+		MCFS_DEBUG("%s: attributes not recorded: %s", path, strerror(-put));
+}
+
 int cache_stat(struct cache *c, const char *path, struct cache_attr *a, uint64_t *expires)
 {
 	struct cache_meta *m = c->meta;
@@ -113,13 +136,7 @@ int cache_stat(struct cache *c, const char *path, struct cache_attr *a, uint64_t
 	rc = remote_stat(c->remote, path, a);
 	if (definite(rc)) {
 		*expires = expiry(mcfs_now_ns(), ttl_of(c, rc == 0));
-		if (m) {
-			int put =
-			    cache_meta_put_attr(m, path, rc == 0 ? a : NULL, cache_meta_now());
-
-			if (put < 0) /* warned about once by cache/meta */
-				MCFS_DEBUG("%s: attributes not recorded: %s", path, strerror(-put));
-		}
+		record(c, path, rc, a);
 		return rc;
 	}
 	if (c->cfg->offline && have_old) {
@@ -129,6 +146,57 @@ int cache_stat(struct cache *c, const char *path, struct cache_attr *a, uint64_t
 		return exists ? 0 : -ENOENT;
 	}
 	return rc;
+}
+
+bool cache_open_confirms(const struct cache *c)
+{
+	return strcmp(c->cfg->open_check, "ttl") != 0;
+}
+
+/*
+ * Offline, the store did not answer an open's confirmation (@err): the
+ * version LMDB recorded, whatever its age. Logged once per outage (a
+ * confirmation the store answers ends it), not at every open: a model load
+ * opens hundreds of files; `mcfs status` counts them all. Returns as
+ * cache_confirm(), or @err when LMDB has no record.
+ */
+static int confirm_offline(struct cache *c, const char *path, int err, struct cache_attr *a,
+			   uint64_t *expires)
+{
+	struct cache_attr old;
+	bool exists = false;
+	int64_t fetched;
+
+	if (!c->meta || cache_meta_get_attr(c->meta, path, &old, &exists, &fetched) < 0)
+		return err;
+	atomic_fetch_add_explicit(&c->offline_opens, 1, memory_order_relaxed);
+	if (!atomic_exchange(&c->offline_said, true))
+		MCFS_WARN("offline: the store did not answer the open of %s (%s): serving the "
+			  "version recorded %.0f s ago in %s, unconfirmed, and so for every open "
+			  "until the store answers again (`mcfs status` counts them)",
+			  path, strerror(-err), (double)MCFS_MAX(age_of(fetched), 0) / 1e9,
+			  c->cfg->cache_dir);
+	else
+		MCFS_DEBUG("offline: %s opened unconfirmed (store: %s)", path, strerror(-err));
+	*a = old;
+	*expires = expiry(mcfs_now_ns(), ttl_of(c, exists));
+	return exists ? 0 : -ENOENT;
+}
+
+int cache_confirm(struct cache *c, const char *path, struct cache_attr *a, uint64_t *expires)
+{
+	int rc;
+
+	rc = remote_stat_file(c->remote, path, a);
+	if (definite(rc)) {
+		atomic_fetch_add_explicit(&c->open_checks, 1, memory_order_relaxed);
+		if (atomic_load_explicit(&c->offline_said, memory_order_relaxed))
+			atomic_store(&c->offline_said, false); /* the outage is over */
+		*expires = expiry(mcfs_now_ns(), ttl_of(c, rc == 0));
+		record(c, path, rc, a);
+		return rc;
+	}
+	return c->cfg->offline ? confirm_offline(c, path, rc, a, expires) : rc;
 }
 
 int cache_list(struct cache *c, const char *path, struct cache_dirent **ents, size_t *n,

@@ -680,6 +680,8 @@ void cache_get_stats(struct cache *c, struct cache_stats *out)
 	cache_tier_stats(c, out);
 	out->reads = atomic_load_explicit(&c->reads, memory_order_relaxed);
 	out->read_bytes = atomic_load_explicit(&c->read_bytes, memory_order_relaxed);
+	out->open_checks = atomic_load_explicit(&c->open_checks, memory_order_relaxed);
+	out->offline_opens = atomic_load_explicit(&c->offline_opens, memory_order_relaxed);
 	remote_get_stats(c->remote, &rs);
 	out->store_requests = rs.requests;
 	out->store_reads = rs.read_requests;

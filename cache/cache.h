@@ -20,7 +20,8 @@
  *  - Block and page arithmetic lives in cache/ only: a reader hands
  *    cache_read() a byte range and gets back what to reply with.
  *  - Metadata policy lives here too (attrs.c): attr_ttl, negative_ttl,
- *    offline, and the write-through of store answers to LMDB.
+ *    offline, the write-through of store answers to LMDB, and close-to-open:
+ *    an open confirms its file's version with the store (cache_confirm()).
  *
  * Threads: everything here may be called from any thread.
  *
@@ -179,6 +180,22 @@ MCFS_MUST_CHECK int cache_stat(struct cache *c, const char *path, struct cache_a
  */
 MCFS_MUST_CHECK int cache_list(struct cache *c, const char *path, struct cache_dirent **ents,
 			       size_t *n, uint64_t *expires);
+
+/*
+ * For open(): close-to-open consistency. The attributes of @path as the store
+ * says them now, asked with one request (posix: a stat; http, s3: one HEAD)
+ * whatever LMDB holds, and recorded (write-through); an answer is counted
+ * in open_checks.
+ * Returns as cache_stat(). With offline, a store failure (anything but "no
+ * such path") is answered from LMDB's record whatever its age, counted in
+ * offline_opens and logged once per outage; without a record, the error.
+ */
+MCFS_MUST_CHECK int cache_confirm(struct cache *c, const char *path, struct cache_attr *a,
+				  uint64_t *expires);
+
+/* True if an open must call cache_confirm() (open_check=always, the default);
+ * false: opens trust answers as fresh as attr_ttl allows (open_check=ttl). */
+bool cache_open_confirms(const struct cache *c);
 
 /* True while an answer that expires at @expires is fresh (0: never). Can't fail. */
 bool cache_attr_fresh(uint64_t expires);

@@ -98,6 +98,10 @@ struct cache {
 	struct cache_stats st;	 /* guarded by lock (counters only) */
 
 	atomic_uint_fast64_t reads, read_bytes; /* cache_read()'s counters (relaxed) */
+	/* cache_confirm()'s counters (relaxed), and whether offline said it serves
+	 * unconfirmed versions (once per mount) */
+	atomic_uint_fast64_t open_checks, offline_opens;
+	atomic_bool offline_said;
 
 	pthread_t prefault; /* ram_prefault: faults the region in, then ends */
 	bool prefault_started;

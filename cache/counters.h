@@ -153,7 +153,13 @@ enum cache_counter_type {
 	X(FS, gpu_load_bytes, "gpu_load_bytes", COUNTER, "gpu_load_bytes_total", NULL,             \
 	  "Bytes copied to GPU memory by loads.")                                                  \
 	X(FS, gpu_load_ns, "gpu_load_ns", COUNTER, NULL, NULL,                                     \
-	  "Nanoseconds spent in GPU loads that succeeded (Prometheus: gpu_load_seconds_total).")
+	  "Nanoseconds spent in GPU loads that succeeded (Prometheus: gpu_load_seconds_total).")  \
+	X(CACHE, open_checks, "open_checks", COUNTER, "open_checks_total", NULL,                   \
+	  "Opens whose file version the store confirmed (open_check=always: a stat or one HEAD "   \
+	  "each).")                                                                                \
+	X(CACHE, offline_opens, "offline_opens", COUNTER, "offline_opens_total", NULL,             \
+	  "Opens the store did not answer, served offline with the version recorded in "           \
+	  "cache_dir, unconfirmed.")
 /* clang-format on */
 
 /* Why there is no disk tier (disk_off_reason); cache_disk_off_text() words it. */

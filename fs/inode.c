@@ -10,6 +10,10 @@
  * cache_stat() made without the lock, so a slow store never blocks lookups
  * elsewhere. A listing also refreshes every child's attributes, so `ls -lR`
  * costs one store request per directory.
+ *
+ * Opens are not served from the node: each asks the cache to confirm the
+ * file's version with the store (cache_confirm(): close-to-open, unless
+ * open_check=ttl), so attr_ttl governs only lookup, getattr and readdir.
  */
 #define _GNU_SOURCE
 #include "inode.h"
@@ -193,8 +197,12 @@ void fs_attr_to_stat(const struct fs_session *s, fuse_ino_t ino, const struct ca
 	st->st_ctim = st->st_mtim;
 }
 
-/* Asks the cache about @path and records the answer in its node. No lock held on entry. */
-static int refresh(struct fs_session *s, const char *path)
+/*
+ * Asks the cache about @path and records the answer in its node: with
+ * @confirm, for an open (cache_confirm(): the store, now); else the store or
+ * LMDB under cache_dir, as fresh as attr_ttl allows. No lock held on entry.
+ */
+static int refresh(struct fs_session *s, const char *path, bool confirm)
 {
 	struct fs_inodes *t = s->inodes;
 	struct cache_attr a;
@@ -202,8 +210,10 @@ static int refresh(struct fs_session *s, const char *path)
 	uint64_t expires;
 	int rc;
 
-	/* the store, or LMDB under cache_dir */
-	rc = cache_stat(s->cache, path, &a, &expires);
+	if (confirm)
+		rc = cache_confirm(s->cache, path, &a, &expires);
+	else
+		rc = cache_stat(s->cache, path, &a, &expires);
 	if (rc < 0 && rc != -ENOENT && rc != -ENOTDIR)
 		return rc;
 	pthread_mutex_lock(&t->lock);
@@ -293,7 +303,7 @@ int fs_inode_lookup(struct fs_session *s, fuse_ino_t parent, const char *name,
 			return 0;
 		}
 		pthread_mutex_unlock(&t->lock);
-		rc = refresh(s, path);
+		rc = refresh(s, path, false);
 		if (rc < 0)
 			return rc;
 	}
@@ -369,7 +379,7 @@ static struct fs_node *fresh_node(struct fs_session *s, fuse_ino_t ino, int *rc)
 	if (*rc < 0)
 		return NULL;
 	if (!ok) {
-		*rc = refresh(s, path);
+		*rc = refresh(s, path, false);
 		if (*rc < 0)
 			return NULL;
 	}
@@ -443,25 +453,47 @@ static bool page_cache_mode(struct fs_session *s, struct fs_node *n, const char 
 	return changed;
 }
 
-/* The identity of @ino's current version; with @mode, as open() sees it. */
+/*
+ * Refreshes @ino's node with the store's answer now (cache_confirm()), then
+ * runs with the lock held: returns the node, or NULL with *rc set.
+ */
+static struct fs_node *confirmed_node(struct fs_session *s, fuse_ino_t ino, int *rc)
+{
+	char path[4096];
+	bool ok;
+
+	*rc = node_state(s, ino, path, sizeof(path), &ok);
+	if (*rc == 0)
+		*rc = refresh(s, path, true);
+	if (*rc < 0)
+		return NULL;
+	pthread_mutex_lock(&s->inodes->lock);
+	return by_ino(s->inodes, ino);
+}
+
+/*
+ * The identity of @ino's current version; with @mode, as open() sees it: the
+ * version confirmed with the store now (unless open_check=ttl). Without
+ * @mode (xattrs), as fresh as attr_ttl allows.
+ */
 static int open_file(struct fs_session *s, fuse_ino_t ino, struct cache_file **f,
 		     struct fs_open_mode *mode)
 {
-	bool changed = false;
+	bool changed = false, confirm = mode && cache_open_confirms(s->cache);
 	struct cache_attr a;
 	char path[4096];
 	struct fs_node *n;
 	int rc;
 
-	n = fresh_node(s, ino, &rc);
+	n = confirm ? confirmed_node(s, ino, &rc) : fresh_node(s, ino, &rc);
 	if (!n)
 		return rc;
-	if (n->exists && S_ISREG(n->attr.mode) && n->attr.version[0] == '\0') {
+	if (!confirm && n->exists && S_ISREG(n->attr.mode) && n->attr.version[0] == '\0') {
 		/* A listing gave no version (an http manifest): reads must carry the
 		 * store's own validator, so ask the store before the first read. */
 		snprintf(path, sizeof(path), "%s", n->path);
 		pthread_mutex_unlock(&s->inodes->lock);
-		rc = refresh(s, path);
+		rc = refresh(s, path, false);
 		if (rc < 0)
 			return rc;
 		pthread_mutex_lock(&s->inodes->lock);

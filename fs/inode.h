@@ -8,6 +8,7 @@
  * cache gave (cache_stat(), cache_list()) until the expiry it gave with them
  * (attr_ttl, negative_ttl: the policy is cache/'s). Lookups in a directory
  * whose listing is fresh are answered from it without asking the cache.
+ * Opens are not: each confirms the file's version (cache_confirm()).
  *
  * Lock: inodes->lock guards the table and every node's fields. It is never
  * held across a call into the cache that may reach the store (cache_stat,
@@ -67,10 +68,11 @@ struct fs_open_mode {
 };
 
 /*
- * For open(): the cache identity of the file's current version (new
- * reference, drop with cache_file_put()) and how the open uses the page cache
- * (see fs_open_mode; end it with fs_inode_close()). Errors: -EISDIR,
- * -ENOENT, -EIO.
+ * For open(): the cache identity of the file's current version, confirmed
+ * with the store now (cache_confirm(), unless open_check=ttl; new reference,
+ * drop with cache_file_put()) and how the open uses the page cache (see
+ * fs_open_mode; end it with fs_inode_close()). Errors: -EISDIR, -ENOENT,
+ * -EIO and the store's.
  */
 MCFS_MUST_CHECK int fs_inode_open(struct fs_session *s, fuse_ino_t ino, struct cache_file **f,
 				  struct fs_open_mode *mode);
