@@ -14,6 +14,20 @@
  * Opens are not served from the node: each asks the cache to confirm the
  * file's version with the store (cache_confirm(): close-to-open, unless
  * open_check=ttl), so attr_ttl governs only lookup, getattr and readdir.
+ *
+ * A file that changes in the store while it is open. The kernel keeps one
+ * size per inode and ends every read of it, of any open, at that size. Told
+ * that a file of 64 MiB is now 20 MiB, it would end the read of an open of
+ * the 64 MiB version at 20 MiB with a clean EOF: bytes of neither version,
+ * and nothing to tell the reader. So while opens of a version use the page
+ * cache, the size shown (getattr, lookup, readdirplus) never drops below
+ * that version's (shown_size()): their reads past the new end reach the
+ * cache, which serves the old version's bytes it holds and fails the others
+ * with EIO (their blocks are keyed by the old version, which the store no
+ * longer has). Opens of the new version bypass the page cache meanwhile
+ * (page_cache_mode()), so the kernel does not end theirs at the size shown
+ * either: the cache ends them at their own. Stat shows the larger size until
+ * the last old open closes; then the kernel is told to ask again.
  */
 #define _GNU_SOURCE
 #include "inode.h"
@@ -38,6 +52,11 @@ struct fs_node {
 	 * opens of another version while pc_opens > 0 bypass it (direct_io). */
 	char open_version[CACHE_VERSION_MAX]; /* version of the page-cache opens */
 	unsigned pc_opens;		      /* open handles that use the page cache */
+	uint64_t open_size;		      /* bytes of open_version */
+	/* The kernel was shown open_size, more than the store's size, so that it
+	 * would not cut the page-cache opens short (shown_size()); it is told to
+	 * ask again when the last of them closes. */
+	bool size_held;
 };
 
 struct fs_inodes {
@@ -197,6 +216,25 @@ void fs_attr_to_stat(const struct fs_session *s, fuse_ino_t ino, const struct ca
 	st->st_ctim = st->st_mtim;
 }
 
+/* The size the kernel may be shown for node @n: see the top of the file. Lock held. */
+static uint64_t shown_size(const struct fs_node *n)
+{
+	return n->pc_opens > 0 ? MCFS_MAX(n->attr.size, n->open_size) : n->attr.size;
+}
+
+/* Fills @st with what the kernel may be shown of node @n (exists). Lock held. */
+static void node_stat(struct fs_session *s, struct fs_node *n, struct stat *st)
+{
+	uint64_t size = shown_size(n);
+
+	fs_attr_to_stat(s, n->ino, &n->attr, st);
+	if (size != n->attr.size) {
+		st->st_size = (off_t)size;
+		st->st_blocks = (blkcnt_t)((size + 511) / 512);
+		n->size_held = true;
+	}
+}
+
 /*
  * Asks the cache about @path and records the answer in its node: with
  * @confirm, for an open (cache_confirm(): the store, now); else the store or
@@ -292,7 +330,7 @@ int fs_inode_lookup(struct fs_session *s, fuse_ino_t parent, const char *name,
 			if (n && n->exists) {
 				n->nlookup++;
 				e->ino = n->ino;
-				fs_attr_to_stat(s, n->ino, &n->attr, &e->attr);
+				node_stat(s, n, &e->attr);
 				e->attr_timeout = s->cfg.attr_ttl;
 				e->entry_timeout = s->cfg.attr_ttl;
 			} else {
@@ -400,9 +438,25 @@ int fs_inode_getattr(struct fs_session *s, fuse_ino_t ino, struct stat *st)
 		return rc;
 	rc = n->exists ? 0 : -ENOENT;
 	if (rc == 0)
-		fs_attr_to_stat(s, ino, &n->attr, st);
+		node_stat(s, n, st);
 	pthread_mutex_unlock(&s->inodes->lock);
 	return rc;
+}
+
+void fs_inode_show(struct fs_session *s, fuse_ino_t ino, struct stat *st)
+{
+	struct fs_node *n;
+	uint64_t size;
+
+	pthread_mutex_lock(&s->inodes->lock);
+	n = by_ino(s->inodes, ino);
+	if (n && n->pc_opens > 0 && n->open_size > (uint64_t)st->st_size) {
+		size = n->open_size;
+		st->st_size = (off_t)size;
+		st->st_blocks = (blkcnt_t)((size + 511) / 512);
+		n->size_held = true;
+	}
+	pthread_mutex_unlock(&s->inodes->lock);
 }
 
 int fs_inode_open(struct fs_session *s, fuse_ino_t ino, struct cache_file **f,
@@ -413,15 +467,22 @@ int fs_inode_open(struct fs_session *s, fuse_ino_t ino, struct cache_file **f,
 
 void fs_inode_close(struct fs_session *s, fuse_ino_t ino, const struct fs_open_mode *mode)
 {
+	bool reshow = false;
 	struct fs_node *n;
 
 	if (mode->direct_io)
 		return;
 	pthread_mutex_lock(&s->inodes->lock);
 	n = by_ino(s->inodes, ino);
-	if (n && n->pc_opens > 0)
-		n->pc_opens--;
+	if (n && n->pc_opens > 0 && --n->pc_opens == 0 && n->size_held) {
+		n->size_held = false;
+		reshow = true;
+	}
 	pthread_mutex_unlock(&s->inodes->lock);
+	/* The kernel was shown the closed version's size: attributes only (offset
+	 * -1), which is safe from inside a request, as in open_file(). */
+	if (reshow && s->se)
+		fuse_lowlevel_notify_inval_inode(s->se, ino, -1, 0);
 }
 
 int fs_inode_file(struct fs_session *s, fuse_ino_t ino, struct cache_file **f)
@@ -447,8 +508,10 @@ static bool page_cache_mode(struct fs_session *s, struct fs_node *n, const char 
 	if (mode->direct_io)
 		return changed;
 	mode->keep_cache = s->cfg.keep_cache && (same || n->open_version[0] == '\0');
-	if (n->pc_opens == 0 || same)
+	if (n->pc_opens == 0 || same) {
 		snprintf(n->open_version, sizeof(n->open_version), "%s", v);
+		n->open_size = n->attr.size;
+	}
 	n->pc_opens++;
 	return changed;
 }

@@ -47,8 +47,18 @@ MCFS_MUST_CHECK int fs_inode_lookup(struct fs_session *s, fuse_ino_t parent, con
 /* Drops @n lookups of @ino. The node itself stays (stable numbers). */
 void fs_inode_forget(struct fs_session *s, fuse_ino_t ino, uint64_t n);
 
-/* Current attributes of @ino (revalidated with the store after attr_ttl). */
+/* Current attributes of @ino (revalidated with the store after attr_ttl), as
+ * the kernel may be shown them: the size never drops below that of a version
+ * still open through the page cache (see inode.c). */
 MCFS_MUST_CHECK int fs_inode_getattr(struct fs_session *s, fuse_ino_t ino, struct stat *st);
+
+/*
+ * Adjusts @st, the attributes of @ino from a listing, before the kernel is
+ * shown them (readdirplus): while opens of an older, larger version of the
+ * file use the page cache, the size shown is that version's (see inode.c).
+ * Can't fail.
+ */
+void fs_inode_show(struct fs_session *s, fuse_ino_t ino, struct stat *st);
 
 /*
  * The listing of directory @ino; returns a new reference, drop with

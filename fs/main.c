@@ -248,6 +248,7 @@ static void teardown(struct fs_session *s)
 #endif
 	if (s->se)
 		fuse_session_destroy(s->se);
+	s->se = NULL; /* the handles freed below must not notify a destroyed session */
 	if (s->cache)
 		fs_handles_free_all(s); /* files still open at unmount */
 	cache_free(s->cache);		/* waits for fetches in flight; closes the store */

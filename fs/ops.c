@@ -272,6 +272,7 @@ static size_t add_entry(fuse_req_t req, char *p, size_t rem, const char *name,
 	memset(&e, 0, sizeof(e));
 	e.attr = *st;
 	if (ino) { /* "." and ".." are not looked up: ino 0 makes no dentry */
+		fs_inode_show(s, ino, &e.attr); /* an older version may still be open */
 		e.ino = ino;
 		e.attr_timeout = s->cfg.attr_ttl;
 		e.entry_timeout = s->cfg.attr_ttl;
