@@ -7,7 +7,9 @@ connection. Faults are armed by the test and hit the next requests:
 
     p = FaultProxy(upstream_port).start()
     p.fail_503 = 3     # answer the next 3 requests with 503 (not forwarded)
-    p.drop = 2         # forward the next 2, then cut the connection mid-body (RST)
+    p.drop = 2         # the next 2 answers with a body: forward half of it, then cut the
+                       # connection (RST). An answer with no body (HEAD) can't be cut
+                       # mid-body: a client has all of it with the headers.
     p.stall = 1        # the next answer with a body: headers and part of the body,
                        # then nothing more on that connection (it stays open) until
                        # the client gives up on it or the proxy stops
@@ -171,7 +173,7 @@ class FaultProxy:
                     self._forward(c, up, rest, min(body_len // 2, 65536))
                     self._hang(c)
                     return
-                if self._take("drop"):
+                if body_len > 0 and self._take("drop"):
                     with self.lock:
                         self.counts["dropped"] += 1
                     c.sendall(rhead)
