@@ -216,23 +216,25 @@ void fs_attr_to_stat(const struct fs_session *s, fuse_ino_t ino, const struct ca
 	st->st_ctim = st->st_mtim;
 }
 
-/* The size the kernel may be shown for node @n: see the top of the file. Lock held. */
-static uint64_t shown_size(const struct fs_node *n)
+/*
+ * The size the kernel may be shown of node @n, in @st (which holds the
+ * store's): never less than that of the version open through the page cache
+ * (see the top of the file). Lock held.
+ */
+static void shown_size(struct fs_node *n, struct stat *st)
 {
-	return n->pc_opens > 0 ? MCFS_MAX(n->attr.size, n->open_size) : n->attr.size;
+	if (n->pc_opens == 0 || n->open_size <= (uint64_t)st->st_size)
+		return;
+	st->st_size = (off_t)n->open_size;
+	st->st_blocks = (blkcnt_t)((n->open_size + 511) / 512);
+	n->size_held = true;
 }
 
 /* Fills @st with what the kernel may be shown of node @n (exists). Lock held. */
 static void node_stat(struct fs_session *s, struct fs_node *n, struct stat *st)
 {
-	uint64_t size = shown_size(n);
-
 	fs_attr_to_stat(s, n->ino, &n->attr, st);
-	if (size != n->attr.size) {
-		st->st_size = (off_t)size;
-		st->st_blocks = (blkcnt_t)((size + 511) / 512);
-		n->size_held = true;
-	}
+	shown_size(n, st);
 }
 
 /*
@@ -446,16 +448,11 @@ int fs_inode_getattr(struct fs_session *s, fuse_ino_t ino, struct stat *st)
 void fs_inode_show(struct fs_session *s, fuse_ino_t ino, struct stat *st)
 {
 	struct fs_node *n;
-	uint64_t size;
 
 	pthread_mutex_lock(&s->inodes->lock);
 	n = by_ino(s->inodes, ino);
-	if (n && n->pc_opens > 0 && n->open_size > (uint64_t)st->st_size) {
-		size = n->open_size;
-		st->st_size = (off_t)size;
-		st->st_blocks = (blkcnt_t)((size + 511) / 512);
-		n->size_held = true;
-	}
+	if (n)
+		shown_size(n, st);
 	pthread_mutex_unlock(&s->inodes->lock);
 }
 
