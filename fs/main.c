@@ -20,12 +20,8 @@
 #include "cli.h"
 #include "inode.h"
 #include "mount_util.h"
-#ifdef MCFS_HAVE_GPU
 #include "gpu.h"
-#endif
-#ifdef MCFS_HAVE_METRICS
 #include "metrics.h"
-#endif
 
 #include <errno.h>
 #include <fcntl.h>
@@ -64,9 +60,7 @@ static const struct command commands[] = {
     {"prefetch", "[-q] PATH...", "warm files or trees into the cache", "  -q  no progress bar\n"},
     {"status", "MOUNTPOINT", "cache tiers, hit ratios, fetches", NULL},
     {"evict", "PATH...", "drop files (or trees) from the cache", NULL},
-#ifdef MCFS_HAVE_NET
     {"manifest", "DIR > DIR/.mcfs-manifest.json", "the listing an http store serves", NULL},
-#endif
     {"help-config", "", "every option, its default and what it allows", NULL},
     {"version", "", "the version", NULL},
     {"help", "[COMMAND]", "this text, or one command's", NULL},
@@ -243,9 +237,7 @@ static int fuse_args_for(const struct cfg *cfg, struct fuse_args *args)
 
 static void teardown(struct fs_session *s)
 {
-#ifdef MCFS_HAVE_GPU
 	gpu_free(s->gpu);
-#endif
 	if (s->se)
 		fuse_session_destroy(s->se);
 	if (s->cache)
@@ -268,11 +260,9 @@ static int setup(struct fs_session *s)
 		rc = fs_inodes_new(s, &s->inodes);
 	if (rc < 0)
 		return rc;
-#ifdef MCFS_HAVE_GPU
 	rc = gpu_new(&s->cfg, s->cache, &s->gpu);
 	if (rc < 0)
 		return rc;
-#endif
 	rc = fuse_args_for(&s->cfg, &args);
 	if (rc < 0)
 		return rc;
@@ -464,9 +454,7 @@ static void *ready_thread(void *arg)
 /* Mounts and serves until unmounted; in daemon mode tells the parent through @ready_fd. */
 static int run_mount(struct fs_session *s, int ready_fd)
 {
-#ifdef MCFS_HAVE_METRICS
 	struct fs_metrics *metrics = NULL;
-#endif
 	struct stopper st = {0};
 	struct ready_ctx r = {.s = s, .st = &st, .ready_fd = ready_fd};
 	pthread_t tid;
@@ -475,10 +463,8 @@ static int run_mount(struct fs_session *s, int ready_fd)
 	rc = stopper_start(&st);
 	if (rc == 0)
 		rc = setup(s);
-#ifdef MCFS_HAVE_METRICS
 	if (rc == 0)
 		rc = fs_metrics_start(s, &metrics);
-#endif
 	if (rc == 0) {
 		pthread_mutex_lock(&st.lock);
 		st.se = s->se;
@@ -499,9 +485,7 @@ static int run_mount(struct fs_session *s, int ready_fd)
 	stopper_stop(&st);
 	pthread_join(tid, NULL);
 	MCFS_INFO("unmounted %s", s->cfg.mountpoint);
-#ifdef MCFS_HAVE_METRICS
 	fs_metrics_stop(metrics);
-#endif
 	teardown(s);
 	return rc < 0 ? 1 : 0;
 }

@@ -531,9 +531,7 @@ const struct fuse_lowlevel_ops fs_ops = {
     .statfs = fs_statfs,
     .getxattr = fs_getxattr,
     .listxattr = fs_listxattr,
-#ifdef MCFS_HAVE_IOCTL
     .ioctl = fs_ioctl,
-#endif
     .setattr = fs_setattr,
     .mknod = fs_mknod,
     .mkdir = fs_mkdir,
