@@ -59,6 +59,7 @@ static void fs_init(void *userdata, struct fuse_conn_info *conn)
 		conn->want &=
 		    ~(FUSE_CAP_SPLICE_WRITE | FUSE_CAP_SPLICE_MOVE | FUSE_CAP_SPLICE_READ);
 	}
+	fs_conn_init(s, conn); /* requests over 1 MiB, io_uring */
 	MCFS_DEBUG("fuse init: proto %u.%u max_write %u max_readahead %u want 0x%x",
 		   conn->proto_major, conn->proto_minor, conn->max_write, conn->max_readahead,
 		   conn->want);
@@ -460,6 +461,8 @@ static int stats_text(struct fs_session *s, char *buf, size_t len)
 		     cs.ram_faulted_bytes);
 	if (n >= 0 && (size_t)n < len)
 		n += disk_stats_text(&cs, buf + n, len - (size_t)n);
+	if (n >= 0 && (size_t)n < len)
+		n += fs_conn_stats_text(s, buf + n, len - (size_t)n);
 	return n;
 }
 
@@ -493,6 +496,7 @@ static void fs_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name, size_t
 	char buf[4096];
 	int n;
 
+	fs_conn_note_req(fs_sess(req), req); /* is io_uring in use? (fs_conn_check) */
 	if (strcmp(name, XATTR_EVICT) == 0) {
 		uid_t uid = fuse_req_ctx(req)->uid;
 

@@ -98,6 +98,10 @@ static void print_status(const char *mnt, const struct kv *kv, size_t n)
 	    get(kv, n, "store_requests"), get(kv, n, "store_errors"), get(kv, n, "store_retries"));
 	printf("  in flight:  %llu fetches, %llu disk writes queued\n", get(kv, n, "inflight"),
 	       get(kv, n, "disk_queued"));
+	if (get(kv, n, "fuse_max_request")) /* absent from an older daemon */
+		printf("  FUSE:       requests up to %s, io_uring %s\n",
+		       mcfs_fmt_bytes(get(kv, n, "fuse_max_request"), a, sizeof(a)),
+		       get(kv, n, "fuse_io_uring") ? "on" : "off");
 }
 
 int fs_cmd_status(int argc, char **argv)
