@@ -38,7 +38,15 @@ endif()
 
 # pkg-config takes a .pc file's path as a module: the module argument then
 # differs between the two choices, so pkg_check_modules checks again when the
-# choice changes instead of keeping the cached result.
+# choice changes instead of keeping the cached result. The libraries it found
+# are cached apart (pkgcfg_lib_FUSE3_*): forget them too, or a build directory
+# switched from one libfuse to the other would keep linking the first.
+get_cmake_property(_cached CACHE_VARIABLES)
+foreach(v ${_cached})
+  if(v MATCHES "^pkgcfg_lib_FUSE3_")
+    unset(${v} CACHE)
+  endif()
+endforeach()
 if(_fuse_prefix)
   pkg_check_modules(FUSE3 REQUIRED IMPORTED_TARGET "${_fuse_prefix}/lib/pkgconfig/fuse3.pc")
   set(MCFS_LIBFUSE_RPATH "${_fuse_prefix}/lib")
