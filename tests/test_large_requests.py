@@ -11,7 +11,7 @@ and the bytes, compared with the source.
 """
 import hashlib
 
-from conftest import mcfs_mount, need_root
+from conftest import mcfs_mount, need_root, run_mcfs
 from fuse_knobs import MAX_PAGES_LIMIT, features, knob
 from gen import MiB, drop_caches, pread_direct, write_random
 
@@ -55,6 +55,9 @@ def test_block_sized_requests(tmp):
             want = 8 * MiB if big else MiB
             assert m.stats()["fuse_max_request"] == want, m.log()
             assert "requests up to %d.0 MiB" % (want // MiB) in m.log(), m.log()
+            r = run_mcfs("status", m.path)
+            assert "FUSE:       requests up to %d.0 MiB, io_uring " % (want // MiB) in r.stdout, \
+                r.stdout
             n, nbytes = read_counts(m, lambda: direct_pass(m.p("big.bin"), data, 8 * MiB))
             assert nbytes == len(data)
             if big:
