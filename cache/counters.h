@@ -153,7 +153,11 @@ enum cache_counter_type {
 	X(FS, gpu_load_bytes, "gpu_load_bytes", COUNTER, "gpu_load_bytes_total", NULL,             \
 	  "Bytes copied to GPU memory by loads.")                                                  \
 	X(FS, gpu_load_ns, "gpu_load_ns", COUNTER, NULL, NULL,                                     \
-	  "Nanoseconds spent in GPU loads that succeeded (Prometheus: gpu_load_seconds_total).")
+	  "Nanoseconds spent in GPU loads that succeeded (Prometheus: gpu_load_seconds_total).")  \
+	X(FS, fuse_max_request, "fuse_max_request", GAUGE, "fuse_max_request_bytes", NULL,         \
+	  "Bytes one FUSE READ may ask for, as FUSE INIT granted (0 before INIT).")                \
+	X(FS, fuse_io_uring, "fuse_io_uring", GAUGE, "fuse_io_uring", NULL,                        \
+	  "1 once a request came over FUSE io_uring, else 0.")
 /* clang-format on */
 
 /* Why there is no disk tier (disk_off_reason); cache_disk_off_text() words it. */

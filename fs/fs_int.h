@@ -17,6 +17,7 @@
 
 #include "cache.h"
 #include "cfg.h"
+#include "fuse_conn.h"
 
 struct gpu;
 struct fs_inodes;
@@ -32,6 +33,7 @@ struct fs_session {
 	struct gpu *gpu;	  /* the GPU fast path; answers -ENODEV without a device */
 	struct fs_inodes *inodes; /* inode table and metadata cache (fs/inode.c) */
 	struct fuse_session *se;
+	struct fs_conn conn;	      /* what FUSE INIT negotiated (fuse_conn.c) */
 	atomic_int stop;	      /* set by signal handlers */
 	uint64_t started_ns;	      /* mcfs_now_ns() at mount */
 	pthread_mutex_t handles_lock; /* guards handles */

@@ -264,8 +264,12 @@ static int setup(struct fs_session *s)
 	if (rc < 0)
 		return rc;
 	rc = fuse_args_for(&s->cfg, &args);
-	if (rc < 0)
+	if (rc == 0)
+		rc = fs_conn_args(s, &args);
+	if (rc < 0) {
+		fuse_opt_free_args(&args);
 		return rc;
+	}
 	s->se = fuse_session_new(&args, &fs_ops, sizeof(fs_ops), s);
 	fuse_opt_free_args(&args);
 	if (!s->se) {
@@ -425,6 +429,10 @@ static void *ready_thread(void *arg)
 	if (stat(s->cfg.mountpoint, &st) < 0) {
 		MCFS_ERR("the new mount %s does not answer: %s", s->cfg.mountpoint,
 			 strerror(errno));
+		stop_request(r->st);
+		return NULL;
+	}
+	if (fs_conn_check(s, s->cfg.mountpoint) < 0) {
 		stop_request(r->st);
 		return NULL;
 	}
@@ -659,6 +667,7 @@ int main(int argc, char **argv)
 	}
 	if (strcmp(cmd, "version") == 0) {
 		printf("mcfs %s\n", MCFS_VERSION);
+		fs_conn_print_version(stdout); /* libfuse: version, features */
 		return 0;
 	}
 	if (strcmp(cmd, "help") == 0) {

@@ -55,6 +55,7 @@ static void fs_init(void *userdata, struct fuse_conn_info *conn)
 		conn->want &=
 		    ~(FUSE_CAP_SPLICE_WRITE | FUSE_CAP_SPLICE_MOVE | FUSE_CAP_SPLICE_READ);
 	}
+	fs_conn_init(s, conn); /* requests over 1 MiB, io_uring */
 	MCFS_DEBUG("fuse init: proto %u.%u max_write %u max_readahead %u want 0x%x",
 		   conn->proto_major, conn->proto_minor, conn->max_write, conn->max_readahead,
 		   conn->want);
@@ -381,6 +382,7 @@ static void fs_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name, size_t
 	char buf[4096];
 	int n;
 
+	fs_conn_note_req(fs_sess(req), req); /* is io_uring in use? (fs_conn_check) */
 	if (strcmp(name, XATTR_EVICT) == 0) {
 		uid_t uid = fuse_req_ctx(req)->uid;
 

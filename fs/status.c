@@ -83,6 +83,10 @@ static void print_status(const char *mnt, const struct fs_stats *st)
 	    (unsigned long long)cs->store_retries);
 	printf("  in flight:  %llu fetches, %llu disk writes queued\n",
 	       (unsigned long long)cs->inflight, (unsigned long long)ds->queued);
+	if (st->fuse_max_request)
+		printf("  FUSE:       requests up to %s, io_uring %s\n",
+		       mcfs_fmt_bytes(st->fuse_max_request, a, sizeof(a)),
+		       st->fuse_io_uring ? "on" : "off");
 }
 
 int fs_cmd_status(int argc, char **argv)
