@@ -21,6 +21,9 @@
 #endif
 #ifdef MCFS_HAVE_GPU
 #include "gpu.h"
+#include "gpu_build.h" /* generated: MCFS_GPU_BUILD */
+#else
+#define MCFS_GPU_BUILD "not built: no gpu/ module in this tree"
 #endif
 #ifdef MCFS_HAVE_METRICS
 #include "metrics.h"
@@ -527,7 +530,9 @@ int main(int argc, char **argv)
 		return 0;
 	}
 	if (strcmp(cmd, "--version") == 0 || strcmp(cmd, "version") == 0) {
-		printf("mcfs %s\n", MCFS_VERSION);
+		/* Says whether loads can take the GPU path, and with which runtime
+		 * (its version sets the oldest driver it runs on). */
+		printf("mcfs %s (GPU fast path: %s)\n", MCFS_VERSION, MCFS_GPU_BUILD);
 		return 0;
 	}
 	if (strcmp(cmd, "-h") == 0 || strcmp(cmd, "--help") == 0 || strcmp(cmd, "help") == 0) {
