@@ -233,14 +233,14 @@ class PreadTransport:
             buf[at:at + n].copy_(self.torch.frombuffer(bytearray(data), dtype=self.torch.uint8))
 
 
-def fast_open(torch, path, transport=PreadTransport):
+def fast_open(torch, path, transport=PreadTransport, whole=True):
     import mcfs
     from mcfs._safeopen import FastSafeOpen
     from safetensors import safe_open
     fd = os.open(path, os.O_RDONLY)
     return FastSafeOpen(torch, fd, path, mcfs.read_header(path), torch.device("cpu"),
                         lambda: safe_open(path, framework="pt", device="cpu"),
-                        transport=transport)
+                        transport=transport, whole=whole)
 
 
 def odd_file(torch, path):
@@ -264,18 +264,22 @@ def same(torch, a, b):
             == b.contiguous().view(-1).view(torch.uint8).tolist())
 
 
-def test_api_matches_safetensors(tmp_path):
+@pytest.mark.parametrize("whole", [True, False], ids=["whole-file", "per-tensor"])
+def test_api_matches_safetensors(tmp_path, whole):
     torch = need_torch()
     from safetensors import safe_open
     p = str(tmp_path / "odd.safetensors")
     odd_file(torch, p)
-    with safe_open(p, framework="pt") as own, fast_open(torch, p) as f:
+    PreadTransport.calls = []
+    with safe_open(p, framework="pt") as own, fast_open(torch, p, whole=whole) as f:
         assert f.keys() == own.keys()
         assert f.offset_keys() == own.offset_keys()
         assert f.metadata() == own.metadata() == {"format": "pt", "note": "odd"}
         got = f.get_tensors()
         want = own.get_tensors()
         assert list(got) == list(want)
+        # one load for the file, or one per (non-empty) tensor
+        assert len(PreadTransport.calls) == (1 if whole else len(want) - 1)
         for k in want:
             assert same(torch, got[k], want[k]), k
         # each tensor its own storage, exactly its bytes, as safetensors'
@@ -310,7 +314,7 @@ def test_api_matches_safetensors(tmp_path):
 INDEXES = [Ellipsis, 0, -1, 3, slice(None), slice(1, 3), slice(None, None, 2), slice(0, 4),
            slice(1, 1), slice(0, None, 10), (0, 1), (slice(None), 0), (Ellipsis, 1),
            (1, Ellipsis), (slice(1, 3), slice(None), slice(None, None, 3)), (0, 0, 0), (),
-           (0, slice(None), slice(None), Ellipsis), [], True, None, (None, 0),
+           (0, slice(None), slice(None), Ellipsis), True, None, (None, 0),
            slice(-3, None), slice(None, -1), slice(3, 1), slice(2, 10),
            # errors
            4, -5, slice(None, None, -1), (0, 0, 0, 0), 1.0, "x"]

@@ -71,6 +71,19 @@ class FileLoads:
         tr = self.transport(self.torch, self.fd, self.path)
         return _loader.load_tensors(self.torch, tr, self.header, tensors, device)
 
+    def room(self, device, copies):
+        """Whether `device` has room for `copies` times the file plus the arena:
+        its free memory and what PyTorch's allocator holds unused. False when
+        that cannot be asked (no CUDA)."""
+        torch = self.torch
+        try:
+            free, _ = torch.cuda.mem_get_info(device)
+            free += torch.cuda.memory_reserved(device) - torch.cuda.memory_allocated(device)
+        except (RuntimeError, AssertionError, ValueError):
+            return False
+        arena = min(_loader.ARENA_BYTES, self.header.data_len)
+        return free >= copies * self.header.data_len + arena
+
     def take(self, entry, device, whole=True):
         """The tensor of header entry `entry` on `device`, in its own allocation.
 
@@ -95,10 +108,11 @@ class FastSafeOpen:
     """safe_open(path, framework="pt", device=<CUDA device>) over the fast path.
 
     Takes ownership of `fd`. `original` opens safetensors' own object for the
-    same call (attributes served by safetensors, and the fallback).
+    same call (attributes served by safetensors, and the fallback). whole:
+    load the whole file at the first read (None: where the device has room).
     """
 
-    def __init__(self, torch, fd, path, header, device, original, transport=None):
+    def __init__(self, torch, fd, path, header, device, original, transport=None, whole=None):
         self._path, self._header, self._device = path, header, device
         self._entries = {t.name: t for t in header.tensors}
         self._loads = FileLoads(torch, fd, path, header,
@@ -108,6 +122,7 @@ class FastSafeOpen:
         self._orig = None
         self._closed = False
         self._fallback = False
+        self._whole = whole  # load the whole file at the first read (None: decide then)
 
     def _check(self):
         if self._closed:
@@ -128,8 +143,13 @@ class FastSafeOpen:
     def _take(self, entry):
         """The whole tensor, or None when safetensors' own reader must answer."""
         if not self._fallback:
+            if self._whole is None:
+                # the whole file at once where it fits beside the arena (the
+                # caller gets every tensor of it, so no second copy); one
+                # tensor at a time on a device too full for that
+                self._whole = self._loads.room(self._device, 1)
             try:
-                return self._loads.take(entry, self._device)
+                return self._loads.take(entry, self._device, self._whole)
             except OSError as e:
                 if e.errno not in FALLBACK_ERRNOS:
                     raise
@@ -294,16 +314,11 @@ class CpuSlice:
         loads = self._loads
         if loads is None or loads.fd is None:
             return None
-        torch = loads.torch
-        # Whole-file loads when the device has room for the file twice over:
-        # what is not handed out stays on the device until the file is
-        # closed, and a device_map that spreads a file over devices would
-        # otherwise hold a copy on each.
-        try:
-            free, _ = torch.cuda.mem_get_info(device)
-        except RuntimeError:
-            return None
-        whole = free > 2 * loads.header.data_len + _loader.ARENA_BYTES
+        # Whole-file loads only where the device has room for the file twice
+        # over: what the framework does not take for this device (a
+        # device_map that spreads the file over devices, or the CPU) stays
+        # there until the file is closed.
+        whole = loads.room(device, 2)
         try:
             return loads.take(self._e, device, whole=whole)
         except OSError as e:
