@@ -317,7 +317,7 @@ INDEXES = [Ellipsis, 0, -1, 3, slice(None), slice(1, 3), slice(None, None, 2), s
            (0, slice(None), slice(None), Ellipsis), True, None, (None, 0),
            slice(-3, None), slice(None, -1), slice(3, 1), slice(2, 10),
            # errors
-           4, -5, slice(None, None, -1), (0, 0, 0, 0), 1.0, "x"]
+           4, -5, slice(None, None, -1), (0, 0, 0, 0), 1.0, object()]
 
 
 def test_slices_match_safetensors(tmp_path):
@@ -450,3 +450,75 @@ def test_transformers_hook_routes_cpu_and_missing_gpus_to_the_original(tmp_path)
             hook(s, "cuda:0")
     assert seen[:2] == [("cpu", torch.float64), (None, None)]
     os.close(fd)
+
+
+FAKE_GPU_TRANSFORMERS = """
+    import hashlib, json, os, sys, torch
+    import mcfs, mcfs._switch as sw, mcfs._safeopen as so
+    sys.path.insert(0, sys.argv[3])
+    from test_safetensors_switch import PreadTransport
+    fills = []
+
+    class Counting(PreadTransport):
+        def fill(self, buf, ranges, last):
+            fills.append(len(ranges))
+            super().fill(buf, ranges, last)
+
+    if sys.argv[2] == "fake-gpu":
+        # "cpu" plays the GPU: every "pt" file qualifies, loads pread
+        sw._serve = lambda fd, path, cuda: (torch, mcfs.read_header_fd(fd))
+        sw._cuda_device = lambda d: torch.device("cpu") if str(d) == "cpu" else None
+        so.FileLoads.room = lambda self, dev, copies: True
+        init = so.FileLoads.__init__
+        so.FileLoads.__init__ = lambda self, t, fd, p, h, transport=None: init(self, t, fd, p, h,
+                                                                            Counting)
+        mcfs.patch_safetensors()
+    import transformers
+    from transformers import AutoModelForCausalLM
+    out = {"version": transformers.__version__}
+    for dt in ("bfloat16", "float32"):
+        kw = {"dtype" if int(transformers.__version__.split(".")[0]) >= 5 else "torch_dtype":
+              getattr(torch, dt)}
+        m = AutoModelForCausalLM.from_pretrained(sys.argv[1], device_map="cpu", **kw)
+        sd = hashlib.sha256()
+        for k, v in sorted(m.state_dict().items()):
+            sd.update(k.encode())
+            sd.update(v.contiguous().view(-1).view(torch.uint8).numpy().tobytes())
+        out[dt] = sd.hexdigest()
+    out["fills"] = len(fills)
+    print(json.dumps(out))
+"""
+
+
+def test_transformers_loads_through_the_switch(tmp_path):
+    """transformers' own from_pretrained with the switch's loads in the way:
+    5.x through the _materialize_copy hook (shards opened on the CPU), 4.5x
+    through FastSafeOpen (shards opened on the device). The CPU plays the
+    GPU, the pread transport the DMA; the weights must equal an unpatched
+    load's, also when transformers casts them (bf16 file, fp32 model)."""
+    need_torch()
+    pytest.importorskip("transformers", reason="transformers is not installed")
+    import json
+    shards = str(tmp_path / "llama")
+    out = run_py("""
+        import sys, torch
+        from transformers import LlamaConfig, LlamaForCausalLM
+        cfg = LlamaConfig(hidden_size=256, intermediate_size=512, num_hidden_layers=2,
+                          num_attention_heads=4, num_key_value_heads=2, vocab_size=1000)
+        torch.manual_seed(0)
+        LlamaForCausalLM(cfg).to(torch.bfloat16).save_pretrained(sys.argv[1],
+                                                                 max_shard_size="1MB")
+    """, shards)
+    assert out.returncode == 0, out.stderr
+    nshards = len([f for f in os.listdir(shards) if f.endswith(".safetensors")])
+    assert nshards > 1
+    res = {}
+    for mode in ("plain", "fake-gpu"):
+        out = run_py(FAKE_GPU_TRANSFORMERS, shards, mode, os.path.join(ROOT, "tests"))
+        assert out.returncode == 0, out.stderr
+        res[mode] = json.loads(out.stdout.strip().splitlines()[-1])
+    assert res["plain"]["fills"] == 0
+    # one whole-file load per shard and dtype
+    assert res["fake-gpu"]["fills"] == 2 * nshards, res
+    for dt in ("bfloat16", "float32"):
+        assert res["fake-gpu"][dt] == res["plain"][dt], dt
