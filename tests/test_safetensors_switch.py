@@ -130,6 +130,9 @@ def test_captured_names_replaced_and_given_back():
         mcfs.unpatch_safetensors()
         assert m.safe_open is own and m.renamed is own and safetensors.safe_open is own
         assert not sw.active()
+        mcfs.patch_safetensors()                      # and on again
+        assert m.safe_open is sw.safe_open and sw.original_safe_open() is keep[0]
+        assert sw.safe_open.__module__ == "mcfs._switch"
         print("ok")
     """)
     assert out.returncode == 0 and out.stdout.strip() == "ok", out.stdout + out.stderr

@@ -234,13 +234,13 @@ class FastSlice:
             t = self._f._take(self._e)
             if t is None:
                 return self._f._original().get_slice(self._e.name)[idx]
+        self._full = t  # for the next cut
         r = t[idx]
         if r.data_ptr() == t.data_ptr() and r.shape == t.shape and r.stride() == t.stride():
             # the whole tensor (x[...], x[:]): handed out as get_tensor would,
             # not kept here
             self._full = None
             return t
-        self._full = t  # for the next cut
         return r
 
     def __repr__(self):

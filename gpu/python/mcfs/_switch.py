@@ -102,8 +102,12 @@ def unpatch_safetensors():
 
 
 def _replace_everywhere(old, new):
-    """Sets every attribute of a loaded module that is `old` to `new`."""
+    """Sets every attribute of a loaded module that is `old` to `new` (this
+    module's own names excepted)."""
+    me = sys.modules[__name__]
     for m in list(sys.modules.values()):
+        if m is me:
+            continue
         try:
             d = vars(m)
         except TypeError:
@@ -149,7 +153,7 @@ def _materialize_hook(orig):
         if isinstance(tensor, CpuSlice):
             device = args[0] if args else kwargs.get("device")
             dtype = args[1] if len(args) > 1 else kwargs.get("dtype")
-            dev = _cuda_device(device)
+            dev = _cuda_device(device, current=True)
             if dev is not None:
                 t = tensor.to_device(dev)
                 if t is not None:
@@ -201,9 +205,10 @@ class _Loader:
         return getattr(self._loader, name)
 
 
-def _cuda_device(device):
-    """torch.device("cuda", N) for a CUDA device as safetensors and torch name
-    them ("cuda" is device 0 for safetensors, an int N is cuda:N), else None."""
+def _cuda_device(device, current=False):
+    """torch.device("cuda", N) for a CUDA device, else None. An int N is
+    cuda:N; "cuda" without an index is device 0 for safetensors, and torch's
+    current device where torch interprets it (current=True)."""
     if isinstance(device, bool):
         return None
     if isinstance(device, int):
@@ -213,12 +218,16 @@ def _cuda_device(device):
         if s != "cuda" and not s.startswith("cuda:"):
             return None
         try:
-            index = int(s[5:]) if s.startswith("cuda:") else 0
+            index = int(s[5:]) if s.startswith("cuda:") else None
         except ValueError:
             return None
-    if index is None:
-        return None
+        if index is None and not current:
+            index = 0
     import torch
+    if index is None:
+        if not current or not torch.cuda.is_available():
+            return None
+        index = torch.cuda.current_device()
     return torch.device("cuda", index)
 
 
