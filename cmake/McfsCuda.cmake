@@ -17,7 +17,13 @@
 # Sets MCFS_HAVE_CUDA, MCFS_GPU_BUILD (the text `mcfs --version` prints after
 # "GPU fast path: ") and, with CUDA, the imported target mcfs_cudart.
 
-set(MCFS_CUDA_ROOT "/opt/mcfs/cuda12" CACHE PATH
+# The environment variable of the same name moves it for install-deps.sh too.
+if(DEFINED ENV{MCFS_CUDA_ROOT} AND NOT "$ENV{MCFS_CUDA_ROOT}" STREQUAL "")
+  set(mcfs_cuda_root_default "$ENV{MCFS_CUDA_ROOT}")
+else()
+  set(mcfs_cuda_root_default "/opt/mcfs/cuda12")
+endif()
+set(MCFS_CUDA_ROOT "${mcfs_cuda_root_default}" CACHE PATH
     "CUDA 12 runtime (include/, lib/libcudart_static.a); deploy/install-deps.sh fills it")
 
 # CUDART_VERSION (12090 for 12.9) from a cuda_runtime_api.h; 0 if unreadable.
