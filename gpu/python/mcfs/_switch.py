@@ -30,9 +30,10 @@ loaded there by the fast path instead (same bytes; the dtype cast then runs
 on the device). For this, CPU opens of mcfs files return CpuSafeOpen,
 safetensors' own object with slices that know their file.
 
-The environment variable is honoured at interpreter start by mcfs_switch.pth,
-which pip installs beside the package: it imports nothing unless the
-variable is set, so start-up costs one dictionary lookup.
+The environment variable MCFS_SAFETENSORS (on unless empty, 0, false, no or
+off) is honoured at interpreter start by mcfs_switch.pth, which pip installs
+beside the package: it imports nothing unless the variable is set, so
+start-up costs one dictionary lookup.
 """
 import importlib.util
 import os
@@ -42,9 +43,6 @@ import threading
 from . import _abi
 from ._safeopen import CpuSafeOpen, CpuSlice, FastSafeOpen, FileLoads, notice
 
-ENV = "MCFS_SAFETENSORS"
-_OFF = ("", "0", "false", "no", "off")
-
 _lock = threading.RLock()
 _state = {
     "on": False,       # patch_safetensors() called, unpatch not since
@@ -52,11 +50,6 @@ _state = {
     "tf": None,        # (original, hook) of transformers' _materialize_copy, while wrapped
 }
 _finder = None          # the import hook, while safetensors is not imported yet
-
-
-def enabled_by_env(environ=os.environ):
-    """Whether MCFS_SAFETENSORS asks for the switch."""
-    return environ.get(ENV, "0").strip().lower() not in _OFF
 
 
 def active():
