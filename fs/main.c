@@ -21,6 +21,7 @@
 #include "inode.h"
 #include "mount_util.h"
 #include "gpu.h"
+#include "gpu_build.h" /* generated: MCFS_GPU_BUILD */
 #include "metrics.h"
 
 #include <errno.h>
@@ -666,7 +667,9 @@ int main(int argc, char **argv)
 		return 0;
 	}
 	if (strcmp(cmd, "version") == 0) {
-		printf("mcfs %s\n", MCFS_VERSION);
+		/* Says whether loads can take the GPU path, and with which runtime
+		 * (its version sets the oldest driver it runs on). */
+		printf("mcfs %s (GPU fast path: %s)\n", MCFS_VERSION, MCFS_GPU_BUILD);
 		fs_conn_print_version(stdout); /* libfuse: version, features */
 		return 0;
 	}
