@@ -260,7 +260,7 @@ int cache_backing_get(struct cache *c, struct cache_file *f, int *fd)
 	/* Sleeps on bk->built (bk->lock) while another open builds this version. */
 	while ((e = find(bk, f)) != NULL && e->state == B_BUILDING)
 		pthread_cond_wait(&bk->built, &bk->lock);
-	if (e && !e->doomed) {
+	if (e) { /* doomed too: unlinked at its last put, but whole until then */
 		e->pins++;
 		e->last_use = mcfs_now_ns();
 		snprintf(name, sizeof(name), "%s", e->name);
@@ -271,8 +271,6 @@ int cache_backing_get(struct cache *c, struct cache_file *f, int *fd)
 		return rc;
 	}
 	pthread_mutex_unlock(&bk->lock);
-	if (e)
-		return -ENOENT; /* evicted, waiting for its last user */
 
 	/* Only a version the tiers hold whole: never a fetch from the store at open. */
 	if (!cache_file_complete(c, f))
@@ -319,6 +317,11 @@ int cache_backing_get(struct cache *c, struct cache_file *f, int *fd)
 	return rc;
 }
 
+bool cache_backing_enabled(const struct cache *c)
+{
+	return c->backing != NULL;
+}
+
 void cache_backing_put(struct cache *c, struct cache_file *f)
 {
 	struct cache_backing *bk = c->backing;
@@ -353,7 +356,7 @@ uint64_t cache_backing_evict_path(struct cache *c, const char *path)
 			continue;
 		bytes += e->size;
 		if (e->pins) {
-			e->doomed = true; /* no new hand-outs; unlinked at the last put */
+			e->doomed = true; /* unlinked at the last put */
 			continue;
 		}
 		remove_entry(bk, e);

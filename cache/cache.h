@@ -313,6 +313,8 @@ void cache_evict_file(struct cache *c, struct cache_file *f, struct cache_evicte
  * no lock of the caller's held (it may do I/O for seconds).
  */
 MCFS_MUST_CHECK int cache_backing_get(struct cache *c, struct cache_file *f, int *fd);
+/* True if this cache can make backing files (it has a disk tier). Can't fail. */
+bool cache_backing_enabled(const struct cache *c);
 /* Unpins what cache_backing_get() pinned. Can't fail. */
 void cache_backing_put(struct cache *c, struct cache_file *f);
 
