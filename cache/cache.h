@@ -39,6 +39,9 @@
  *   Leaves, each taken with none of 1-3 held, and never across I/O:
  *   - disk->lock (disk_int.h): the disk tier's index, LRU, write queue and
  *     counters; dropped around io_uring I/O, LMDB and the done callback.
+ *   - backing->lock (backing.c): the backing files' list, pins and counters;
+ *     opens that wait for a build sleep on its condition, the build itself
+ *     runs with no lock held.
  *   - LMDB's own write lock (inside cache/meta: one write transaction at a
  *     time, held by LMDB across its commit); cache/meta has no lock of its own.
  *   - the store's (cache/remote): fetch.c's idle-connection pool lock and

@@ -93,6 +93,7 @@ static uint32_t request_size(const struct fs_session *s, unsigned limit_pages)
 	return (uint32_t)(want - want % page);
 }
 
+#ifdef MCFS_FUSE_PASSTHROUGH
 /* True if this process may use the kernel's backing ioctl (CAP_SYS_ADMIN, effective). */
 static bool have_sys_admin(void)
 {
@@ -104,6 +105,7 @@ static bool have_sys_admin(void)
 		return false;
 	return (data[CAP_TO_INDEX(CAP_SYS_ADMIN)].effective & CAP_TO_MASK(CAP_SYS_ADMIN)) != 0;
 }
+#endif
 
 /* Decides whether to ask for passthrough; sets pt_want, or pt_why. */
 static void decide_passthrough(struct fs_session *s)
