@@ -21,11 +21,12 @@ tensor: CPU tensors, numpy, or torch when it is installed); and
 safetensors' load_file. The safetensors rows are skipped, saying so, where the
 package is missing (the model is then a plain file of random bytes).
 
-Memory: after the reads, the RAM tier's bytes in use plus how much the page
-cache grew since the mount (caches dropped before it; /proc/meminfo Cached),
-beside the file's size: 1.0x means the model is held in RAM once. The store
-is read and the disk tier written with O_DIRECT, so the growth is the
-mount's page cache and the backing file's (fincore shows the latter).
+Memory: after the reads, the RAM tier's bytes in use plus the page cache of
+the file's copies (fincore: the backing file; without passthrough the mount's
+own pages), beside the file's size: 1.0x means the model is held in RAM once.
+The growth of /proc/meminfo's Cached since the mount (caches dropped before
+it) is shown beside: the store is read and the disk tier written with
+O_DIRECT, so on a quiet machine that growth is the mount's copies.
 
 Needs root (FUSE mounts, and passthrough's CAP_SYS_ADMIN). Unmounts on exit.
 """
@@ -218,14 +219,21 @@ def drop_caches():
         f.write("3\n")
 
 
-def held(m, cached0, size):
-    """RAM tier in use + what the page cache grew by since the mount (the store reads
-    with O_DIRECT and the disk tier writes with it: the growth is the mount's copies)."""
+def held(m, cached0, mpath, passthrough, size):
+    """RAM tier in use + the page cache of the file's copies: the backing file's
+    (fincore), and without passthrough the mount's own pages (fincore through the
+    mount; with passthrough an mmap of the mount maps the backing file, so it is not
+    counted twice). The growth of /proc/meminfo's Cached since the mount is shown
+    too: it also catches the mount's pages under passthrough, but counts every
+    other process's page cache as well (noisy on a shared machine)."""
     ram = m.stats()["ram_bytes_used"]
-    pc = meminfo_cached() - cached0
     pc_backing = sum(cached_bytes(p) or 0 for p in backing_files(m.cache))
-    return ("RAM tier %.2f GB + page cache growth %.2f GB (of it the backing file %.2f GB)"
-            " = %.2fx the file" % (ram / 1e9, pc / 1e9, pc_backing / 1e9, (ram + pc) / size))
+    pc_mount = 0 if passthrough else (cached_bytes(mpath) or 0)
+    grown = meminfo_cached() - cached0
+    return ("RAM tier %.2f GB + page cache %.2f GB (backing file %.2f, mount %.2f) = %.2fx the "
+            "file; Cached grew %.2f GB since the mount"
+            % (ram / 1e9, (pc_backing + pc_mount) / 1e9, pc_backing / 1e9, pc_mount / 1e9,
+               (ram + pc_backing + pc_mount) / size, grown / 1e9))
 
 
 def main():
@@ -258,7 +266,7 @@ def main():
                 table.setdefault(name, {})[label] = measure(mk(mpath), size)
             s = m.stats()
             notes.append("%s: %s; passthrough_opens %d, backing_builds %d, fuse_reads %d"
-                         % (label, held(m, cached0, size), s["passthrough_opens"],
+                         % (label, held(m, cached0, mpath, label == "passthrough", size), s["passthrough_opens"],
                             s["backing_builds"], s["fuse_reads"]))
             m.close()
             mounts.remove(m)
