@@ -79,6 +79,11 @@ static int check_io_uring(const char *v)
 	return -EINVAL;
 }
 
+static int check_passthrough(const char *v)
+{
+	return strcmp(v, "auto") == 0 || strcmp(v, "off") == 0 ? 0 : -EINVAL;
+}
+
 static int check_hostport(const char *v)
 {
 	const char *colon = strrchr(v, ':');
@@ -125,6 +130,9 @@ static const struct key keys[] = {
     {"io_uring", KEY_STR, F(io_uring), 0, 0, check_io_uring,
      "auto, on or off; FUSE over io_uring (libfuse 3.18; auto = when the kernel's "
      "enable_uring is Y)"},
+    {"passthrough", KEY_STR, F(passthrough), 0, 0, check_passthrough,
+     "auto or off; FUSE passthrough: the kernel reads complete files from their backing "
+     "file in cache_dir (libfuse 3.17, root; auto = when all of it is there)"},
     {"allow_other", KEY_BOOL, F(allow_other), 0, 0, NULL,
      "true or false; let other users (pods) read the mount"},
     {"endpoint", KEY_STR, F(endpoint), 0, 0, NULL, "an http(s) URL of an S3-compatible service"},
@@ -210,6 +218,7 @@ void cfg_init(struct cfg *c)
 	c->max_threads = 16;
 	c->max_request = 0; /* the block: one FUSE READ answers from one block */
 	snprintf(c->io_uring, sizeof(c->io_uring), "auto");
+	snprintf(c->passthrough, sizeof(c->passthrough), "auto");
 	c->tls_verify = true;
 	snprintf(c->region, sizeof(c->region), "us-east-1");
 	snprintf(c->addressing, sizeof(c->addressing), "path");

@@ -294,6 +294,9 @@ static void test_values(void)
 	expect_ok("io_uring", "off");
 	expect_bad("io_uring", "yes", "auto, on or off");
 	expect_bad("io_uring", "", "auto, on or off");
+	expect_ok("passthrough", "auto");
+	expect_ok("passthrough", "off");
+	expect_bad("passthrough", "on", "auto or off");
 
 	expect_ok("read_ahead_kb", "0");
 	expect_ok("read_ahead_kb", "1048576");

@@ -50,6 +50,7 @@ struct fs_handle {
 	struct cache_file *file;       /* reference held for the handle's life */
 	struct cache_stream *stream;   /* readahead state of this open */
 	bool keep_cache, direct_io;    /* how it uses the page cache (fs_open_mode) */
+	bool passthrough;	       /* the kernel reads its backing file (fs_open_mode) */
 	struct fs_handle *prev, *next; /* session->handles, guarded by handles_lock */
 };
 

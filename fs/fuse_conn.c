@@ -22,9 +22,11 @@
 #include "fs_int.h"
 
 #include <errno.h>
+#include <linux/capability.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/syscall.h>
 #include <sys/xattr.h>
 #include <unistd.h>
 
@@ -91,6 +93,43 @@ static uint32_t request_size(const struct fs_session *s, unsigned limit_pages)
 	return (uint32_t)(want - want % page);
 }
 
+#ifdef MCFS_FUSE_PASSTHROUGH
+/* True if this process may use the kernel's backing ioctl (CAP_SYS_ADMIN, effective). */
+static bool have_sys_admin(void)
+{
+	struct __user_cap_header_struct hdr = {.version = _LINUX_CAPABILITY_VERSION_3};
+	struct __user_cap_data_struct data[_LINUX_CAPABILITY_U32S_3];
+
+	memset(data, 0, sizeof(data));
+	if (syscall(SYS_capget, &hdr, data) < 0)
+		return false;
+	return (data[CAP_TO_INDEX(CAP_SYS_ADMIN)].effective & CAP_TO_MASK(CAP_SYS_ADMIN)) != 0;
+}
+#endif
+
+/* Decides whether to ask for passthrough; sets pt_want, or pt_why. */
+static void decide_passthrough(struct fs_session *s)
+{
+	struct fs_conn *c = &s->conn;
+
+	c->pt_want = false;
+	c->pt_why = "";
+	if (strcmp(s->cfg.passthrough, "off") == 0) {
+		c->pt_why = "passthrough=off";
+		return;
+	}
+#ifndef MCFS_FUSE_PASSTHROUGH
+	c->pt_why = "libfuse before 3.17";
+#else
+	if (!have_sys_admin())
+		c->pt_why = "the daemon lacks CAP_SYS_ADMIN (not root)";
+	else if (!cache_backing_enabled(s->cache))
+		c->pt_why = "no disk tier to hold backing files";
+	else
+		c->pt_want = true;
+#endif
+}
+
 int fs_conn_args(struct fs_session *s, struct fuse_args *args)
 {
 	struct fs_conn *c = &s->conn;
@@ -102,6 +141,7 @@ int fs_conn_args(struct fs_session *s, struct fuse_args *args)
 	atomic_store_explicit(&s->fuse_max_request, c->max_granted, memory_order_relaxed);
 	c->uring_kernel = read_enable_uring();
 	c->uring_want = false;
+	decide_passthrough(s);
 	if (strcmp(mode, "off") == 0)
 		return 0;
 #ifndef MCFS_FUSE_IO_URING
@@ -143,6 +183,20 @@ void fs_conn_init(struct fs_session *s, struct fuse_conn_info *conn)
 		conn->want |= FUSE_CAP_OVER_IO_URING;
 	else
 		conn->want &= ~FUSE_CAP_OVER_IO_URING;
+#endif
+#ifdef MCFS_FUSE_PASSTHROUGH
+	/* Backing files live on a plain filesystem: FUSE_BACKING_STACKED_UNDER (0),
+	 * so this mount may itself sit under overlayfs. */
+	if (c->pt_want && (conn->capable & FUSE_CAP_PASSTHROUGH)) {
+		conn->want |= FUSE_CAP_PASSTHROUGH;
+		conn->max_backing_stack_depth = 0;
+		atomic_store(&c->pt_on, true);
+		atomic_store_explicit(&s->passthrough, 1, memory_order_relaxed);
+	} else {
+		conn->want &= ~FUSE_CAP_PASSTHROUGH;
+		if (c->pt_want)
+			c->pt_why = "the kernel did not offer it (CONFIG_FUSE_PASSTHROUGH)";
+	}
 #endif
 }
 
@@ -196,10 +250,12 @@ int fs_conn_check(struct fs_session *s, const char *mountpoint)
 		MCFS_WARN("%s: cannot read user.mcfs.stats (%s): the io_uring state is unknown",
 			  mountpoint, strerror(errno));
 	uring = uring_state(s);
-	MCFS_INFO("FUSE: libfuse %s, requests up to %s (asked %s; %s %u pages), io_uring %s",
+	MCFS_INFO("FUSE: libfuse %s, requests up to %s (asked %s; %s %u pages), io_uring %s, "
+		  "passthrough %s%s%s",
 		  fuse_pkgversion(), mcfs_fmt_bytes(c->max_granted, a, sizeof(a)),
 		  mcfs_fmt_bytes(want, b, sizeof(b)), MAX_PAGES_LIMIT_PATH, c->max_pages_limit,
-		  uring);
+		  uring, atomic_load(&c->pt_on) ? "on" : "off (",
+		  atomic_load(&c->pt_on) ? "" : c->pt_why, atomic_load(&c->pt_on) ? "" : ")");
 #ifdef MCFS_FUSE_MAX_PAGES
 	if (c->max_granted < want - want % page)
 		MCFS_INFO(

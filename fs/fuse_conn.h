@@ -13,6 +13,10 @@
  *     while /sys/module/fuse/parameters/enable_uring is Y.
  * mcfs never writes those two knobs: root sets them (deploy/README.md).
  *
+ * Passthrough (libfuse >= 3.17, MCFS_FUSE_PASSTHROUGH) needs CAP_SYS_ADMIN
+ * for the backing ioctl, so a daemon without it never asks (and keeps the
+ * mount's full stacking depth); the reads then go through the cache.
+ *
  * Flow: fs_conn_args() (main.c, before fuse_session_new) reads the knobs and
  * decides; fs_conn_init() (ops.c's init, on the FUSE INIT request) asks the
  * kernel; fs_conn_note_req() records how a request arrived; fs_conn_check()
@@ -42,6 +46,9 @@ struct fs_conn {
 	uint32_t max_request;	   /* bytes asked for in INIT (max_write -> max_pages) */
 	uint32_t max_granted;	   /* bytes per READ at most: max_request within the limit */
 	atomic_bool uring_seen;	   /* a request came over io_uring (fs_conn_note_req) */
+	bool pt_want;		   /* mcfs will ask for passthrough (fs_conn_args) */
+	const char *pt_why;	   /* why not, when !pt_want: static text */
+	atomic_bool pt_on;	   /* INIT agreed passthrough: opens may use it */
 };
 
 /*
@@ -66,6 +73,8 @@ void fs_conn_note_req(struct fs_session *s, struct fuse_req *req);
  */
 MCFS_MUST_CHECK int fs_conn_check(struct fs_session *s, const char *mountpoint);
 
+/* What took effect is in the counter table too (FS row passthrough) as
+ * well: fs_conn_init() sets it. */
 /* What took effect is in the counter table too (cache/counters.h, FS rows
  * fuse_max_request and fuse_io_uring): fs_conn_init() and fs_conn_note_req()
  * set them. */
