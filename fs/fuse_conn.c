@@ -27,7 +27,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/syscall.h>
-#include <sys/xattr.h>
 #include <unistd.h>
 
 #define MAX_PAGES_LIMIT_PATH "/proc/sys/fs/fuse/max_pages_limit"
@@ -213,7 +212,7 @@ void fs_conn_note_req(struct fs_session *s, struct fuse_req *req)
 #endif
 }
 
-/* "on", or "off (why)", once the mount has answered one request of fs_conn_check's. */
+/* "on", or "off (why)", once the mount has answered the ready probe's request. */
 static const char *uring_state(const struct fs_session *s)
 {
 	const struct fs_conn *c = &s->conn;
@@ -233,7 +232,7 @@ static const char *uring_state(const struct fs_session *s)
 #endif
 }
 
-int fs_conn_check(struct fs_session *s, const char *mountpoint)
+int fs_conn_check(struct fs_session *s)
 {
 	struct fs_conn *c = &s->conn;
 	uint64_t page = (uint64_t)sysconf(_SC_PAGESIZE), want = wanted_request(s);
@@ -241,14 +240,11 @@ int fs_conn_check(struct fs_session *s, const char *mountpoint)
 	char a[32], b[32];
 
 	/*
-	 * The kernel holds every request after INIT until the rings are
-	 * registered when io_uring was agreed (fuse_block_alloc()), so this
-	 * one comes over a ring if any will. A size probe of the stats xattr:
-	 * never cached by the kernel, so it reaches the daemon.
+	 * The ready probe (fs/main.c) has made a request of its own: the
+	 * kernel holds every request after INIT until the rings are
+	 * registered when io_uring was agreed (fuse_block_alloc()), so that
+	 * one came over a ring if any will.
 	 */
-	if (getxattr(mountpoint, "user.mcfs.stats", NULL, 0) < 0)
-		MCFS_WARN("%s: cannot read user.mcfs.stats (%s): the io_uring state is unknown",
-			  mountpoint, strerror(errno));
 	uring = uring_state(s);
 	MCFS_INFO("FUSE: libfuse %s, requests up to %s (asked %s; %s %u pages), io_uring %s, "
 		  "passthrough %s%s%s",

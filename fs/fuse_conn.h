@@ -65,13 +65,13 @@ void fs_conn_init(struct fs_session *s, struct fuse_conn_info *conn);
 void fs_conn_note_req(struct fs_session *s, struct fuse_req *req);
 
 /*
- * Once the mount answers (its root was stat'ed): makes one request of its
- * own through @mountpoint so that the io_uring state is seen, then logs what
- * took effect (and when read_ahead_kb, which bounds buffered READs, is below
- * the granted request size). Returns 0, or -EPROTO after logging why when
- * io_uring=on did not take effect.
+ * Once the mount answered a stat and a request that reaches the daemon (the
+ * ready probe in fs/main.c makes both, from a child process), so that the
+ * io_uring state is seen: logs what took effect (and when read_ahead_kb,
+ * which bounds buffered READs, is below the granted request size). Returns
+ * 0, or -EPROTO after logging why when io_uring=on did not take effect.
  */
-MCFS_MUST_CHECK int fs_conn_check(struct fs_session *s, const char *mountpoint);
+MCFS_MUST_CHECK int fs_conn_check(struct fs_session *s);
 
 /* What took effect is in the counter table too (FS row passthrough) as
  * well: fs_conn_init() sets it. */

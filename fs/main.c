@@ -415,6 +415,46 @@ struct ready_ctx {
 };
 
 /*
+ * Asks the new mount two questions from a child process: a stat of its root
+ * (is it answering?) and a size probe of the stats xattr, which the kernel
+ * never caches, so it reaches the daemon and shows whether requests come
+ * over io_uring (fs_conn_check). Returns 0, or the stat's negative errno.
+ *
+ * Why a child and not this thread: a request to our own mount waits in the
+ * kernel until our loop answers it. If the daemon is killed meanwhile (a
+ * crash, `kill -9` at start-up), a thread of ours stuck in that wait keeps
+ * the process, and with it the /dev/fuse descriptor that would end the wait,
+ * alive forever: an unkillable zombie. A child holds no descriptor of the
+ * connection; when the daemon dies the kernel aborts the connection and the
+ * child's request ends with ENOTCONN. Between fork() and _exit() the child
+ * makes system calls only, as a child of a threaded process must.
+ */
+static int probe_mount(const char *mountpoint)
+{
+	struct stat st;
+	pid_t pid, got;
+	int status;
+
+	pid = fork();
+	if (pid < 0)
+		return -errno;
+	if (pid == 0) {
+		if (stat(mountpoint, &st) < 0)
+			_exit(errno & 0x7f ? errno & 0x7f : EIO);
+		(void)getxattr(mountpoint, "user.mcfs.stats", NULL, 0);
+		_exit(0);
+	}
+	do {
+		got = waitpid(pid, &status, 0);
+	} while (got < 0 && errno == EINTR);
+	if (got < 0)
+		return -errno;
+	if (!WIFEXITED(status))
+		return -EIO;
+	return -WEXITSTATUS(status);
+}
+
+/*
  * Runs beside the loop until the mount answers: the kernel applies the INIT
  * reply's max_readahead to the bdi, so read_ahead_kb can only be raised after
  * INIT, and "ready" means a stat of the mount point worked.
@@ -424,17 +464,17 @@ static void *ready_thread(void *arg)
 	struct ready_ctx *r = arg;
 	struct fs_session *s = r->s;
 	struct cache_stats cs;
-	struct stat st;
 	char b[32];
+	int rc;
 
 	pthread_setname_np(pthread_self(), "mcfs-ready");
-	if (stat(s->cfg.mountpoint, &st) < 0) {
-		MCFS_ERR("the new mount %s does not answer: %s", s->cfg.mountpoint,
-			 strerror(errno));
+	rc = probe_mount(s->cfg.mountpoint);
+	if (rc < 0) {
+		MCFS_ERR("the new mount %s does not answer: %s", s->cfg.mountpoint, strerror(-rc));
 		stop_request(r->st);
 		return NULL;
 	}
-	if (fs_conn_check(s, s->cfg.mountpoint) < 0) {
+	if (fs_conn_check(s) < 0) {
 		stop_request(r->st);
 		return NULL;
 	}
