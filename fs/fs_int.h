@@ -52,7 +52,22 @@ struct fs_handle {
 	bool keep_cache, direct_io;    /* how it uses the page cache (fs_open_mode) */
 	bool passthrough;	       /* the kernel reads its backing file (fs_open_mode) */
 	struct fs_handle *prev, *next; /* session->handles, guarded by handles_lock */
+	/* Set (release) by open before its reply, read (acquire) by every later
+	 * request on the handle (fs_handle_of): the kernel orders those requests,
+	 * but over io_uring they arrive on other rings' threads with no lock in
+	 * common, and this makes the order visible to the C memory model (and to
+	 * ThreadSanitizer). */
+	atomic_bool published;
 };
+
+/* The handle of an open file's request: see fs_handle.published. */
+static inline struct fs_handle *fs_handle_of(const struct fuse_file_info *fi)
+{
+	struct fs_handle *h = (struct fs_handle *)(uintptr_t)fi->fh;
+
+	(void)atomic_load_explicit(&h->published, memory_order_acquire);
+	return h;
+}
 
 /* Frees the handles the kernel never released, at teardown (fs/ops.c). */
 void fs_handles_free_all(struct fs_session *s);

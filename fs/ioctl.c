@@ -209,8 +209,8 @@ void fs_ioctl(fuse_req_t req, fuse_ino_t ino, unsigned int cmd, void *arg,
 	      struct fuse_file_info *fi, unsigned flags, const void *in_buf, size_t in_bufsz,
 	      size_t out_bufsz)
 {
-	struct fs_handle *h = (struct fs_handle *)(uintptr_t)fi->fh;
 	struct fs_session *s = fs_sess(req);
+	struct fs_handle *h;
 	struct ioctl_buf *buf;
 	size_t want;
 	int rc;
@@ -221,6 +221,7 @@ void fs_ioctl(fuse_req_t req, fuse_ino_t ino, unsigned int cmd, void *arg,
 		fuse_reply_err(req, ENOTTY);
 		return;
 	}
+	h = fs_handle_of(fi); /* a file's: a directory's fh is a listing */
 	switch (cmd) {
 	case (unsigned)MCFS_IOC_LOAD:
 		want = sizeof(buf->u.load);

@@ -194,6 +194,7 @@ static void fs_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 		atomic_fetch_add_explicit(&s->passthrough_opens, 1, memory_order_relaxed);
 	fi->noflush = 1;
 	handle_link(s, h);
+	atomic_store_explicit(&h->published, true, memory_order_release);
 	/* Interrupted: no release will come. The request is gone with the failed
 	 * reply, so a backing id registered for it stays until unmount. */
 	if (fuse_reply_open(req, fi) != 0)
@@ -203,7 +204,7 @@ static void fs_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 static void fs_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
 	(void)ino;
-	handle_free(fs_sess(req), req, (struct fs_handle *)(uintptr_t)fi->fh);
+	handle_free(fs_sess(req), req, fs_handle_of(fi));
 	fuse_reply_err(req, 0);
 }
 
@@ -223,7 +224,7 @@ static void read_failed(fuse_req_t req, fuse_ino_t ino, int rc)
 static void fs_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 		    struct fuse_file_info *fi)
 {
-	struct fs_handle *h = (struct fs_handle *)(uintptr_t)fi->fh;
+	struct fs_handle *h = fs_handle_of(fi);
 	struct fuse_bufvec bv = FUSE_BUFVEC_INIT(0);
 	struct cache_read_reply r;
 	int rc;

@@ -15,7 +15,7 @@ import random
 import pytest
 
 from conftest import fuse_mounted, mcfs_mount, need_root, run_mcfs
-from fuse_knobs import ENABLE_URING, MAX_PAGES_LIMIT, features, knob, read_knob, tsan_build
+from fuse_knobs import ENABLE_URING, MAX_PAGES_LIMIT, features, knob, read_knob
 from gen import MiB, drop_caches, pread_direct, write_random
 from test_concurrent_readers import check_reader, run_readers
 
@@ -27,15 +27,6 @@ def kernel_io_uring_usable():
     v = read_knob("/proc/sys/kernel/io_uring_disabled")
     if v not in (None, "0"):
         pytest.skip("kernel.io_uring_disabled is %s: no io_uring for anyone" % v)
-
-
-def skip_under_tsan():
-    """Requests that meet in the daemon (an open and the reads of its handle) are ordered by
-    the kernel. Over /dev/fuse libfuse's session lock also orders them where TSan can see it;
-    over io_uring each ring has its own lock, and TSan reports the handle's fields as races."""
-    if tsan_build():
-        pytest.skip("ThreadSanitizer cannot see the kernel's ordering of requests that come "
-                    "over different io_uring rings")
 
 
 def check_bytes(m, files):
@@ -61,8 +52,6 @@ def test_io_uring_modes(tmp, mode):
     need_root()
     kernel_io_uring_usable()
     uring = features()["io_uring"]
-    if uring and mode != "off":
-        skip_under_tsan()
     files = [write_random(str(tmp / "src" / ("f%d" % i)), size, seed=40 + i)
              for i, size in enumerate([SIZE, 9 * MiB - 5])]
     with knob(ENABLE_URING, "Y"):
@@ -113,7 +102,6 @@ def test_io_uring_with_large_requests(tmp):
     if not (feats["io_uring"] and feats["requests over 1 MiB"]):
         pytest.skip("this mcfs is built against libfuse %s: no io_uring or no requests "
                     "over 1 MiB" % feats["libfuse"])
-    skip_under_tsan()
     data = write_random(str(tmp / "src" / "big.bin"), SIZE, seed=44)
     with knob(ENABLE_URING, "Y"), knob(MAX_PAGES_LIMIT, "2048"):
         with mcfs_mount(str(tmp / "src"), str(tmp / "mnt"), opts=["ram_cache=128M"]) as m:
