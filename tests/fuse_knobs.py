@@ -33,12 +33,6 @@ def features():
     return feats
 
 
-def tsan_build():
-    """True if the mcfs under test is built with ThreadSanitizer (MCFS_SANITIZE=thread)."""
-    out = subprocess.run(["ldd", MCFS], capture_output=True, text=True).stdout
-    return "libtsan" in out
-
-
 def read_knob(path):
     try:
         with open(path) as f:
