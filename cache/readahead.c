@@ -139,9 +139,10 @@ static bool continues(const struct cache_stream *s, uint64_t off)
 
 /*
  * What became of this stream's prefetches since it last looked (its tally):
- * blocks evicted unread halve the window and its ceiling, and double the run
- * that opens a window; blocks read raise the ceiling by one each, up to
- * max_window. See the top of the file. Lock held.
+ * blocks evicted unread halve the window and its ceiling, double the run
+ * that opens a window, and refill the window from the reader's block; blocks
+ * read raise the ceiling by one each, up to max_window. See the top of the
+ * file. Lock held.
  */
 static void note_tally(struct cache_stream *s)
 {
@@ -153,6 +154,7 @@ static void note_tally(struct cache_stream *s)
 		s->cap = (s->window ? MCFS_MIN(s->cap, s->window) : s->cap) / 2;
 		s->window = MCFS_MIN(s->window, s->cap);
 		s->min_run = MCFS_MIN(s->min_run * 2, RA_MIN_RUN_MAX);
+		s->ra_next = s->last + 1; /* what was asked for may be gone: ask again */
 		s->dry = 0;
 	} else if (used != s->used_seen) {
 		s->cap = (unsigned)MCFS_MIN((uint64_t)s->cap + (used - s->used_seen),
