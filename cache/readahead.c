@@ -23,9 +23,10 @@
  * window and the ceiling it may grow to (cap), and doubles the contiguous run
  * it needs to call itself a stream again (min_run), so that reads of that
  * size stop opening a window. Each prefetched block that does get read
- * raises the ceiling by one again; a stream left with none tries one block
- * every RA_PROBE_BLOCKS blocks. A stream whose prefetches are all read keeps
- * the ceiling at readahead_max and min_run at RA_MIN_RUN.
+ * raises the ceiling by one again. A stream left with a ceiling of 0 fetches
+ * only the pages it reads (the rest of a block is readahead too) and tries
+ * one block every RA_PROBE_BLOCKS blocks. A stream whose prefetches are all
+ * read keeps the ceiling at readahead_max and min_run at RA_MIN_RUN.
  */
 #define _GNU_SOURCE
 #include "cache_int.h"
