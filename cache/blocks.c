@@ -117,12 +117,32 @@ static void hash_remove(struct cache *c, struct cache_block *b)
 
 /* ---- slots ------------------------------------------------------------- */
 
+void cache_ra_tally_unref(struct cache *c, struct cache_ra_tally *t)
+{
+	MCFS_ASSERT_HELD(&c->lock);
+	if (--t->refs == 0)
+		free(t);
+}
+
+void cache_ra_tally_put(struct cache *c, struct cache_ra_tally *t)
+{
+	MCFS_ASSERT_NOT_HELD(&c->lock);
+	pthread_mutex_lock(&c->lock);
+	cache_ra_tally_unref(c, t);
+	pthread_mutex_unlock(&c->lock);
+}
+
+/* b was read (or is gone): it no longer counts as readahead. Lock held. */
 static void drop_prefetched(struct cache *c, struct cache_block *b)
 {
 	MCFS_ASSERT_HELD(&c->lock);
 	if (b->prefetched) {
 		b->prefetched = false;
 		c->prefetch_bytes -= c->bs;
+	}
+	if (b->tally) {
+		cache_ra_tally_unref(c, b->tally);
+		b->tally = NULL;
 	}
 }
 
@@ -148,6 +168,9 @@ static struct cache_block *take_slot(struct cache *c, bool for_prefetch)
 		hash_remove(c, b);
 		if (b->prefetched) {
 			c->st.prefetch_unused++;
+			/* tells the stream that asked for it (readahead.c) */
+			if (b->tally)
+				atomic_fetch_add(&b->tally->unused, 1);
 			drop_prefetched(c, b);
 		}
 		c->st.evictions++;
@@ -168,6 +191,7 @@ static void start_loading(struct cache *c, struct cache_block *b, struct cache_f
 	b->len = cache_file_block_len(c, f, index);
 	b->refs = refs;
 	b->prefetched = false;
+	b->tally = NULL;
 	b->warm = false;
 	b->extending = false;
 	b->xerr = 0;
@@ -531,6 +555,8 @@ int cache_block_get_range(struct cache *c, struct cache_file *f, uint64_t index,
 		}
 		unref(c, b);
 	}
+	if (b->tally) /* readahead that got read: tells its stream (readahead.c) */
+		atomic_fetch_add(&b->tally->used, 1);
 	drop_prefetched(c, b);
 	pthread_mutex_unlock(&c->lock);
 	*out = b;
@@ -564,10 +590,12 @@ size_t cache_block_len(const struct cache_block *b)
 
 /*
  * Starts a background fetch of block @index (readahead, or a warm-up with
- * @warm) without waiting. Returns 0 when started, 1 when the block is cached
- * or loading, -EAGAIN when its budget or the RAM tier has no room now.
+ * @warm) without waiting; a readahead block holds a reference to @t (if not
+ * NULL) until read. Returns 0 when started, 1 when the block is cached or
+ * loading, -EAGAIN when its budget or the RAM tier has no room now.
  */
-static int start_background(struct cache *c, struct cache_file *f, uint64_t index, bool warm)
+static int start_background(struct cache *c, struct cache_file *f, uint64_t index, bool warm,
+			    struct cache_ra_tally *t)
 {
 	struct cache_block *b;
 	int rc = 0;
@@ -599,6 +627,10 @@ static int start_background(struct cache *c, struct cache_file *f, uint64_t inde
 	} else {
 		b->prefetched = true;
 		c->prefetch_bytes += c->bs;
+		if (t) {
+			b->tally = t;
+			t->refs++;
+		}
 	}
 	c->st.prefetches++;
 	enqueue(c, b, false);
@@ -609,14 +641,20 @@ out:
 
 int cache_prefetch(struct cache *c, struct cache_file *f, uint64_t index)
 {
-	int rc = start_background(c, f, index, false);
+	return cache_prefetch_for(c, f, index, NULL);
+}
+
+int cache_prefetch_for(struct cache *c, struct cache_file *f, uint64_t index,
+		       struct cache_ra_tally *t)
+{
+	int rc = start_background(c, f, index, false, t);
 
 	return rc > 0 ? 0 : rc;
 }
 
 int cache_warm(struct cache *c, struct cache_file *f, uint64_t index)
 {
-	return start_background(c, f, index, true);
+	return start_background(c, f, index, true, NULL);
 }
 
 void cache_evict_file(struct cache *c, struct cache_file *f, struct cache_evicted *out)

@@ -254,6 +254,11 @@ void cache_free(struct cache *c)
 		pthread_join(c->threads[i], NULL);
 	free(c->threads);
 	cache_tiers_close(c); /* writes what is queued; drops the writer's block refs */
+	pthread_mutex_lock(&c->lock);
+	for (j = 0; c->slots && j < c->nslots; j++) /* readahead nobody read */
+		if (c->slots[j].tally)
+			cache_ra_tally_unref(c, c->slots[j].tally);
+	pthread_mutex_unlock(&c->lock);
 	for (j = 0; c->fbuckets && j < c->nfbuckets; j++) {
 		for (f = c->fbuckets[j]; f; f = next) {
 			next = f->hnext;

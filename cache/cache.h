@@ -33,7 +33,7 @@
  *   1. inodes->lock (fs/inode.c): the inode table and its nodes. Never held
  *      across a store request; may be held while taking 3.
  *   2. cache_stream->lock (readahead.c): one open file's readahead window.
- *      Held while taking 3: fill_window() calls cache_prefetch().
+ *      Held while taking 3: fill_window() calls cache_prefetch_for().
  *   3. cache->lock (cache_int.h): the RAM tier's slots, hash, LRU, job queue,
  *      file table and counters. Leaf: the disk tier, the store and LMDB are
  *      called after it is dropped.

@@ -45,8 +45,22 @@ struct cache_block {
 	bool prefetched; /* fetched by readahead, not read yet: counts in prefetch_bytes */
 	bool queued;	 /* on the job queue, not yet taken by a fetch thread */
 	bool warm;	 /* a warm-up fetch: counts in cache->warm_jobs while LOADING */
+	struct cache_ra_tally *tally;	 /* while prefetched: the tally of the stream that
+					    asked for it (a reference), or NULL */
 	struct cache_block *hnext;	 /* hash chain */
 	struct cache_block *prev, *next; /* LRU list (READY, refs 0), free list or job queue */
+};
+
+/*
+ * What became of one readahead stream's prefetches: shared by the stream
+ * (readahead.c) and each block it prefetched that nobody has read yet, so
+ * that the stream learns when its reader did not get to them before they
+ * were evicted. Freed with the last reference (cache_ra_tally_put()).
+ */
+struct cache_ra_tally {
+	unsigned refs;		     /* guarded by cache->lock */
+	atomic_uint_fast64_t unused; /* its prefetched blocks evicted before any read */
+	atomic_uint_fast64_t used;   /* its prefetched blocks read */
 };
 
 /* One version of one store file. Kept for the cache's life (a few hundred
@@ -186,6 +200,18 @@ bool cache_block_full(const struct cache_block *b);
 /* readahead.c: the cache and the file (the stream's reference) a stream reads. Can't fail. */
 struct cache *cache_stream_cache(const struct cache_stream *s);
 struct cache_file *cache_stream_file(const struct cache_stream *s);
+
+/*
+ * Readahead's prefetch (blocks.c): as cache_prefetch(), and a block it starts
+ * holds a reference to @t until it is read or evicted (counted in t->unused
+ * when evicted unread). The stream's lock is held; takes c->lock.
+ */
+MCFS_MUST_CHECK int cache_prefetch_for(struct cache *c, struct cache_file *f, uint64_t index,
+				       struct cache_ra_tally *t);
+/* Drops a reference to @t; the last one frees it. Takes c->lock. */
+void cache_ra_tally_put(struct cache *c, struct cache_ra_tally *t);
+/* The same with c->lock held: for blocks.c and cache_free(). */
+void cache_ra_tally_unref(struct cache *c, struct cache_ra_tally *t);
 
 /* Records a readahead window size in the stats histogram. */
 void cache_note_window(struct cache *c, unsigned window);

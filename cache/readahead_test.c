@@ -12,7 +12,13 @@
  *  - the memory budget: readahead never holds more than prefetch_mem of
  *    blocks nobody has read, however wide the window; when it is spent the
  *    stream stops asking, and goes on where it stopped once the reader has
- *    consumed blocks, so that no block is skipped.
+ *    consumed blocks, so that no block is skipped;
+ *  - waste: a random reader whose 4 MiB reads look like a stream prefetches
+ *    once; when that block is evicted unread, reads of that size open no
+ *    window again and fetch only what they read, while a long run still
+ *    gets its readahead back; a sequential stream whose prefetched blocks
+ *    are evicted unread halves its window and grows it back by one block
+ *    per prefetched block read.
  *
  * Exits 0 (pass), 1 (fail) or 77 (skip: no scratch directory).
  */
@@ -205,6 +211,174 @@ static void test_budget_reader(void)
 	t_teardown(&e);
 }
 
+/* ---- waste: prefetched blocks evicted unread ----------------------------- */
+
+#define W_BLOCKS 64
+
+/* A read as fs/ serves one: the stream sees it, then the block is read. */
+static void read_block(struct t_env *e, struct cache_stream *s, struct cache_file *f, uint64_t i,
+		       unsigned seed)
+{
+	struct cache_block *b;
+
+	cache_stream_access(s, i * T_BS, T_BS);
+	CHECK(cache_block_get(e->cache, f, i, &b) == 0 &&
+		  t_same(cache_block_data(b), i * T_BS, T_BS, seed),
+	      "read block %llu", (unsigned long long)i);
+	cache_block_put(e->cache, b);
+}
+
+/* Another reader's misses on blocks [from, from + n): they take the LRU slots. */
+static void other_reads(struct t_env *e, struct cache_file *f, uint64_t from, unsigned n)
+{
+	struct cache_block *b;
+	unsigned i;
+
+	for (i = 0; i < n; i++) {
+		CHECK(cache_block_get(e->cache, f, from + i, &b) == 0, "other read %llu",
+		      (unsigned long long)(from + i));
+		cache_block_put(e->cache, b);
+	}
+}
+
+static uint64_t want_fetches;
+
+/* Every fetch asked for so far has landed (and so sits in the LRU). */
+static bool fetches_landed(struct t_env *e)
+{
+	struct cache_stats st = t_stats(e);
+
+	return st.fetches >= want_fetches && st.inflight == 0;
+}
+
+/*
+ * 4 MiB random reads in 1 MiB requests, as the kernel sends them: the first
+ * reaches RA_MIN_RUN and prefetches one block; once that block is evicted
+ * unread, the next reads of that size prefetch nothing and fetch only what
+ * they read (random), and a long sequential run opens a window again.
+ */
+static void test_waste_random_reads(void)
+{
+	struct cache_stats st0, st;
+	struct cache_stream *s = NULL;
+	struct cache_attr a;
+	struct cache_file *f = NULL;
+	struct t_env e;
+	uint64_t i, r;
+
+	if (t_setup(&e, "readahead_test", 8, 2) < 0) {
+		CHECK(0, "scratch directory");
+		return;
+	}
+	e.cfg.readahead_max = (uint64_t)MAX_WINDOW * T_BS;
+	e.cfg.prefetch_mem = 0; /* half of ram_cache: 4 blocks */
+	if (t_write_file(&e, "w.bin", (uint64_t)W_BLOCKS * T_BS, 9) < 0 || t_start(&e) < 0 ||
+	    t_open_file(&e, "w.bin", &a, &f) < 0 || cache_stream_new(e.cache, f, &s) < 0) {
+		CHECK(0, "set-up");
+		goto out;
+	}
+	read_block(&e, s, f, 40, 9); /* a first read: proves nothing */
+	/* the first 4 MiB read looks like a stream at its last MiB */
+	for (i = 10; i < 14; i++)
+		read_block(&e, s, f, i, 9);
+	st = t_stats(&e);
+	CHECK(st.prefetches == 1 && cache_stream_window(s) == 1,
+	      "a 4 MiB read: %llu prefetches, window %u (want 1, 1)",
+	      (unsigned long long)st.prefetches, cache_stream_window(s));
+	want_fetches = 6; /* blocks 40, 10-13 and the prefetched 14 */
+	CHECK(t_wait_for(&e, fetches_landed), "the prefetch of block 14 landed");
+	other_reads(&e, f, 50, 8); /* 8 slots: block 14 goes, unread */
+	st0 = t_stats(&e);
+	CHECK(st0.prefetch_unused == 1, "prefetch_unused %llu (want 1)",
+	      (unsigned long long)st0.prefetch_unused);
+
+	/* more 4 MiB reads elsewhere (farther apart than RA_REORDER): no window,
+	 * only what they read */
+	for (r = 0; r < 3; r++) {
+		for (i = 24 + 14 * r; i < 28 + 14 * r; i++) {
+			read_block(&e, s, f, i, 9);
+			CHECK(cache_stream_window(s) == 0 && cache_stream_random(s),
+			      "4 MiB read %llu, block %llu: window %u, random %d (want 0, 1)",
+			      (unsigned long long)r, (unsigned long long)i, cache_stream_window(s),
+			      cache_stream_random(s));
+		}
+	}
+	st = t_stats(&e);
+	CHECK(st.prefetches == st0.prefetches, "4 MiB reads after the waste prefetched %llu blocks",
+	      (unsigned long long)(st.prefetches - st0.prefetches));
+
+	/* a real stream still gets readahead back: 24 contiguous blocks */
+	for (i = 36; i < 60; i++)
+		read_block(&e, s, f, i, 9);
+	st = t_stats(&e);
+	CHECK(cache_stream_window(s) >= 4 && !cache_stream_random(s) &&
+		  st.prefetches > st0.prefetches,
+	      "a long run after the waste: window %u, random %d, %llu prefetches",
+	      cache_stream_window(s), cache_stream_random(s),
+	      (unsigned long long)(st.prefetches - st0.prefetches));
+out:
+	cache_stream_free(s);
+	if (f)
+		cache_file_put(e.cache, f);
+	t_teardown(&e);
+}
+
+/*
+ * A sequential stream at its full window of 8 loses its 8 prefetched blocks
+ * to another reader's misses before it reads them: it goes on with a window
+ * of 4, asks again for what it lost, and grows back to 8 by one block per
+ * prefetched block read.
+ */
+static void test_waste_sequential(void)
+{
+	static const unsigned want_window[] = {4, 4, 5, 6, 7, 8, 8};
+	struct cache_stats st;
+	struct cache_stream *s = NULL;
+	struct cache_attr a;
+	struct cache_file *f = NULL;
+	struct t_env e;
+	uint64_t i;
+
+	if (t_setup(&e, "readahead_test", 16, 2) < 0) {
+		CHECK(0, "scratch directory");
+		return;
+	}
+	e.cfg.readahead_max = (uint64_t)MAX_WINDOW * T_BS;
+	e.cfg.prefetch_mem = 12ull * T_BS; /* room for blocks 3-11 unread at once */
+	if (t_write_file(&e, "q.bin", (uint64_t)W_BLOCKS * T_BS, 10) < 0 || t_start(&e) < 0 ||
+	    t_open_file(&e, "q.bin", &a, &f) < 0 || cache_stream_new(e.cache, f, &s) < 0) {
+		CHECK(0, "set-up");
+		goto out;
+	}
+	for (i = 0; i < 4; i++) /* windows 1, 2, 4, 8: blocks 4-11 prefetched */
+		read_block(&e, s, f, i, 10);
+	CHECK(cache_stream_window(s) == MAX_WINDOW, "window %u (want %u)", cache_stream_window(s),
+	      MAX_WINDOW);
+	want_fetches = 12;
+	CHECK(t_wait_for(&e, fetches_landed), "the prefetches landed");
+	other_reads(&e, f, 40, 16); /* every slot: the 8 prefetched blocks go unread */
+	st = t_stats(&e);
+	CHECK(st.prefetch_unused == 8, "prefetch_unused %llu (want 8)",
+	      (unsigned long long)st.prefetch_unused);
+
+	for (i = 0; i < MCFS_ARRAY_SIZE(want_window); i++) {
+		read_block(&e, s, f, 4 + i, 10);
+		CHECK(cache_stream_window(s) == want_window[i] && !cache_stream_random(s),
+		      "block %llu after the waste: window %u (want %u), random %d",
+		      (unsigned long long)(4 + i), cache_stream_window(s), want_window[i],
+		      cache_stream_random(s));
+	}
+	st = t_stats(&e);
+	/* block 4 was the only one missed: 5-8 were asked for again at block 4 */
+	CHECK(st.misses == 1 + 16 + 1, "misses %llu (want 18: blocks 0 and 4, 16 others)",
+	      (unsigned long long)st.misses);
+out:
+	cache_stream_free(s);
+	if (f)
+		cache_file_put(e.cache, f);
+	t_teardown(&e);
+}
+
 int main(void)
 {
 	char probe[] = "/tmp/readahead_test.XXXXXX";
@@ -218,6 +392,8 @@ int main(void)
 	test_growth_and_collapse();
 	test_budget_unread();
 	test_budget_reader();
+	test_waste_random_reads();
+	test_waste_sequential();
 	if (failures)
 		fprintf(stderr, "readahead_test: %d failures\n", failures);
 	return failures ? T_EXIT_FAIL : T_EXIT_PASS;
