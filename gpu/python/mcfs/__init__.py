@@ -8,9 +8,16 @@ the same names, dtypes, shapes and bytes - but the tensors are views of one
 device allocation that the mcfs daemon filled by DMA from its pinned RAM
 tier: no tensor byte goes through the kernel's FUSE path or a pageable copy.
 
+A rank that owns part of a shard loads only that part:
+`load_file(path, device, tensors=["model.layers.3.*", "lm_head.weight"])`
+(names or globs) fetches and copies only the blocks and bytes of those
+tensors, and returns only them. A name or glob that selects nothing raises
+UnknownTensorError (a KeyError) naming it.
+
 On a file outside mcfs, with no GPU (here or in the daemon), or for a
 dtype the fast path does not lay out (F4, F6), it prints a one-line notice
-on stderr and returns `safetensors.torch.load_file(path, device=device)`.
+on stderr and returns `safetensors.torch.load_file(path, device=device)`
+(with `tensors`, the selected tensors through `safetensors.safe_open`).
 
 Pure Python over ctypes and fcntl: no build step. The ABI is mirrored in
 _abi.py from include/mcfs/mcfs_ioctl.h.
@@ -22,9 +29,11 @@ import sys
 from . import _abi
 from ._header import Header, HeaderError, read as read_header, read_fd as read_header_fd
 from ._header import parse as parse_header
+from ._select import UnknownTensorError
+from . import _select
 
 __all__ = ["load_file", "info", "prefetch", "read_header", "parse_header", "Header",
-           "HeaderError", "McfsError", "fast_path_reason"]
+           "HeaderError", "McfsError", "UnknownTensorError", "fast_path_reason"]
 
 ABI = _abi.ABI
 
@@ -105,9 +114,13 @@ def _notice(path, reason):
     sys.stderr.write("mcfs: %s: %s; loading with safetensors instead\n" % (path, reason))
 
 
-def _fallback(path, device, reason):
+def _fallback(path, device, reason, tensors=None):
     _notice(path, reason)
     import safetensors.torch as st
+    if tensors is not None:
+        with st.safe_open(path, framework="pt", device=device) as f:
+            names = _select.resolve(path, f.keys(), tensors)
+            return {k: f.get_tensor(k) for k in sorted(names)}
     if st.load_file is load_file:  # someone routed safetensors through us: no recursion
         with st.safe_open(path, framework="pt", device=device) as f:
             return {k: f.get_tensor(k) for k in f.keys()}
@@ -119,14 +132,15 @@ def _load_error(path, e):
     return McfsError(e.errno, "mcfs: loading %s: %s" % (path, what))
 
 
-def _views(torch, buf, header):
+def _views(torch, buf, tensors, dst):
     out = {}
-    for t in header.tensors:
+    for t in tensors:
         dt = getattr(torch, _TORCH_DTYPES[t.dtype])
-        raw = buf[t.begin:t.end]
+        at = dst[t.name]
+        raw = buf[at:at + t.end - t.begin]
         if t.end == t.begin:
             out[t.name] = torch.empty(t.shape, dtype=dt, device=buf.device)
-        elif t.begin % dt.itemsize == 0:
+        elif at % dt.itemsize == 0:
             out[t.name] = raw.view(dt).view(t.shape)
         else:
             # torch views need element-aligned offsets; a misaligned tensor is copied
@@ -137,12 +151,16 @@ def _views(torch, buf, header):
     return {k: out[k] for k in sorted(out)}
 
 
-def load_file(path, device="cuda:0"):
+def load_file(path, device="cuda:0", tensors=None):
     """Loads a safetensors file into `device` memory; see the module docstring.
 
-    Raises HeaderError for a malformed file, McfsError (an OSError) when the
-    daemon refuses or fails the load (errno as in include/mcfs/mcfs_ioctl.h), and
-    OSError(EOPNOTSUPP) when the buffer cannot be exported with CUDA IPC.
+    `tensors`: None for all, else names or glob patterns (fnmatch) of the
+    tensors to load; only those are fetched, copied and returned.
+
+    Raises HeaderError for a malformed file, UnknownTensorError (a KeyError)
+    for names or globs that select no tensor, McfsError (an OSError) when the
+    daemon refuses or fails the load (errno as in include/mcfs/mcfs_ioctl.h),
+    and OSError(EOPNOTSUPP) when the buffer cannot be exported with CUDA IPC.
     """
     import torch
 
@@ -151,45 +169,79 @@ def load_file(path, device="cuda:0"):
     try:
         reason = fast_path_reason(fd, device, torch)
         if reason is not None:
-            return _fallback(path, device, reason)
+            return _fallback(path, device, reason, tensors)
         header = read_header_fd(fd)
-        odd = sorted({t.dtype for t in header.tensors
+        chosen = header.tensors
+        if tensors is not None:
+            names = _select.resolve(path, (t.name for t in header.tensors), tensors)
+            chosen = [t for t in header.tensors if t.name in names]
+            if not chosen:
+                return {}
+        odd = sorted({t.dtype for t in chosen
                       if _TORCH_DTYPES.get(t.dtype) is None
                       or getattr(torch, _TORCH_DTYPES[t.dtype], None) is None})
         if odd:
-            return _fallback(path, device, "dtype %s not laid out by mcfs" % ", ".join(odd))
+            return _fallback(path, device, "dtype %s not laid out by mcfs" % ", ".join(odd),
+                             tensors)
+        ranges, dst, size = _select.plan(chosen)
         dev = _torch_device(torch, device)
-        buf = torch.empty(max(header.data_len, 1), dtype=torch.uint8, device=dev)
-        if header.data_len:
-            _load_into(fd, path, torch, buf, header)
-        return _views(torch, buf[:header.data_len], header)
+        buf = torch.empty(max(size, 1), dtype=torch.uint8, device=dev)
+        if ranges:
+            _load_into(fd, path, torch, buf, header, ranges)
+        return _views(torch, buf[:size], chosen, dst)
     finally:
         os.close(fd)
 
 
-def _load_into(fd, path, torch, buf, header):
-    from ._cuda import devbuf_from_ptr
-
-    db = devbuf_from_ptr(buf.data_ptr())
+def _send(fd, path, db, base, batch, flags):
     req = _abi.LoadReq()
     req.abi_version = _abi.ABI
-    req.flags = _abi.LOAD_F_CLOSE  # one-shot: the daemon keeps no mapping of this buffer
+    req.flags = flags
     req.ipc_handle[:] = db.handle
     req.device_uuid[:] = db.uuid
     req.device = db.device
-    req.nranges = 1
-    req.ranges[0].file_off = header.data_offset
-    req.ranges[0].len = header.data_len
-    req.ranges[0].dst_off = 0
+    req.nranges = len(batch)
+    for r, (off, n, at) in zip(req.ranges, batch):
+        r.file_off = base + off
+        r.len = n
+        r.dst_off = at
     req.dst_offset = db.offset
-    req.dst_size = header.data_len
-    # The allocator may hand out memory that queued kernels still use: let them finish.
-    torch.cuda.current_stream(buf.device).synchronize()
+    req.dst_size = db.size
     try:
         _abi.ioctl(fd, _abi.IOC_LOAD, req)
     except OSError as e:
         raise _load_error(path, e) from None
-    if req.bytes != header.data_len:
+    return req.bytes
+
+
+def _load_into(fd, path, torch, buf, header, ranges):
+    """Copies `ranges` (data-section offset, length, buffer offset) into buf.
+
+    More ranges than one request holds go in several requests; the daemon
+    keeps the buffer's IPC mapping open between them and closes it with the
+    last (or, after a failure, with an empty request that only closes)."""
+    from ._cuda import devbuf_from_ptr
+
+    db = devbuf_from_ptr(buf.data_ptr())
+    db.size = min(db.size, buf.numel())
+    # The allocator may hand out memory that queued kernels still use: let them finish.
+    torch.cuda.current_stream(buf.device).synchronize()
+    todo = _select.batches(ranges, _abi.LOAD_MAX_RANGES)
+    copied = 0
+    try:
+        for i, batch in enumerate(todo):
+            last = i == len(todo) - 1
+            # one-shot: after the last request the daemon keeps no mapping of this buffer
+            copied += _send(fd, path, db, header.data_offset, batch,
+                            _abi.LOAD_F_CLOSE if last else 0)
+    except BaseException:
+        if len(todo) > 1:
+            try:
+                _send(fd, path, db, header.data_offset, [(0, 0, 0)], _abi.LOAD_F_CLOSE)
+            except OSError:
+                pass  # the daemon also closes it once this process is gone
+        raise
+    want = sum(n for _, n, _ in ranges)
+    if copied != want:
         raise McfsError(errno.EIO, "mcfs: loading %s: %d of %d bytes copied"
-                        % (path, req.bytes, header.data_len))
-    return req
+                        % (path, copied, want))
