@@ -119,6 +119,7 @@ static void hash_remove(struct cache *c, struct cache_block *b)
 
 static void drop_prefetched(struct cache *c, struct cache_block *b)
 {
+	MCFS_ASSERT_HELD(&c->lock);
 	if (b->prefetched) {
 		b->prefetched = false;
 		c->prefetch_bytes -= c->bs;
@@ -135,6 +136,7 @@ static struct cache_block *take_slot(struct cache *c, bool for_prefetch)
 {
 	struct cache_block *b = list_first(&c->free);
 
+	MCFS_ASSERT_HELD(&c->lock);
 	if (b) {
 		list_del(&c->free, b);
 		return b;
@@ -158,11 +160,12 @@ static struct cache_block *take_slot(struct cache *c, bool for_prefetch)
 static void start_loading(struct cache *c, struct cache_block *b, struct cache_file *f,
 			  uint64_t index, unsigned refs)
 {
+	MCFS_ASSERT_HELD(&c->lock);
 	b->file = f;
 	b->index = index;
 	b->state = SLOT_LOADING;
 	b->err = 0;
-	b->len = (uint32_t)MCFS_MIN(c->bs, f->size - (index << c->bs_shift));
+	b->len = cache_file_block_len(c, f, index);
 	b->refs = refs;
 	b->prefetched = false;
 	b->warm = false;
@@ -176,6 +179,7 @@ static void start_loading(struct cache *c, struct cache_block *b, struct cache_f
 
 static void enqueue(struct cache *c, struct cache_block *b, bool urgent)
 {
+	MCFS_ASSERT_HELD(&c->lock);
 	b->queued = true;
 	if (urgent)
 		list_push_front(&c->jobs, b);
@@ -187,6 +191,7 @@ static void enqueue(struct cache *c, struct cache_block *b, bool urgent)
 /* Drops one reference; the last one makes the slot evictable or free. Lock held. */
 static void unref(struct cache *c, struct cache_block *b)
 {
+	MCFS_ASSERT_HELD(&c->lock);
 	if (--b->refs > 0)
 		return;
 	if (b->state == SLOT_READY) {
@@ -251,6 +256,7 @@ static void note_latency(struct cache *c, double secs)
 	static const double bounds[CACHE_LAT_BUCKETS] = CACHE_LAT_BOUNDS;
 	unsigned i = 0;
 
+	MCFS_ASSERT_HELD(&c->lock);
 	while (i + 1 < CACHE_LAT_BUCKETS && secs > bounds[i])
 		i++;
 	c->st.fetch_lat[i]++;
@@ -267,6 +273,7 @@ static int fetch_range(struct cache *c, struct cache_block *b, uint32_t lo, uint
 	ssize_t got;
 
 	MCFS_DEBUG("fetch %s block %llu [%u, %u)", f->path, (unsigned long long)b->index, lo, hi);
+	MCFS_ASSERT_NOT_HELD(&c->lock);
 	got = remote_read(c->remote, &obj, off, b->data + lo, want);
 	if (got >= 0 && (size_t)got != want)
 		got = -ESTALE;
@@ -293,6 +300,7 @@ static int fetch(struct cache *c, struct cache_block *b, uint64_t *bytes, bool *
 	uint32_t len;
 	int rc;
 
+	MCFS_ASSERT_NOT_HELD(&c->lock);
 	*bytes = 0;
 	*from_disk = !b->extending && cache_tier_fill(c, b, &len); /* tiers.c */
 	if (*from_disk)
@@ -316,6 +324,7 @@ static int fetch(struct cache *c, struct cache_block *b, uint64_t *bytes, bool *
 /* Ends a job that grew a READY block (lock held): its pages, or its error. */
 static void end_extension(struct cache *c, struct cache_block *b, int rc, uint64_t bytes)
 {
+	MCFS_ASSERT_HELD(&c->lock);
 	b->extending = false;
 	if (rc == 0) {
 		pages_set(b, b->vlo, b->vhi);
@@ -401,12 +410,6 @@ static bool covers(const struct cache_block *b, uint32_t lo, uint32_t hi)
 	return cache_block_covers(b, lo, hi);
 }
 
-/* Bytes of block @index of @f: block_size, or less for the last one. */
-static uint32_t block_len(const struct cache *c, const struct cache_file *f, uint64_t index)
-{
-	return (uint32_t)MCFS_MIN(c->bs, f->size - (index << c->bs_shift));
-}
-
 int cache_span(const struct cache *c, const struct cache_file *f, uint64_t off, uint64_t len,
 	       struct cache_span *sp)
 {
@@ -415,7 +418,7 @@ int cache_span(const struct cache *c, const struct cache_file *f, uint64_t off, 
 
 	if (len == 0 || off >= f->size)
 		return -EINVAL;
-	blen = block_len(c, f, index);
+	blen = cache_file_block_len(c, f, index);
 	sp->index = index;
 	sp->boff = boff;
 	sp->blen = blen;
@@ -431,6 +434,7 @@ uint64_t cache_block_size(const struct cache *c)
 /* Drops an unreferenced READY block from the cache. Lock held. */
 static void discard(struct cache *c, struct cache_block *b)
 {
+	MCFS_ASSERT_HELD(&c->lock);
 	list_del(&c->lru, b);
 	hash_remove(c, b);
 	drop_prefetched(c, b);
@@ -448,6 +452,7 @@ static int await(struct cache *c, struct cache_block *b, uint32_t lo, uint32_t h
 {
 	int rc;
 
+	MCFS_ASSERT_HELD(&c->lock);
 	/* Sleeps on c->loaded (c->lock) until the fetch or extension of b ends. */
 	while (b->state == SLOT_LOADING || (b->extending && !covers(b, lo, hi)))
 		pthread_cond_wait(&c->loaded, &c->lock);
@@ -469,8 +474,9 @@ int cache_block_get_range(struct cache *c, struct cache_file *f, uint64_t index,
 	struct cache_block *b;
 	int rc;
 
-	if (index >= f->nblocks || lo >= hi || hi > block_len(c, f, index))
+	if (index >= f->nblocks || lo >= hi || hi > cache_file_block_len(c, f, index))
 		return -EINVAL;
+	MCFS_ASSERT_NOT_HELD(&c->lock);
 	pthread_mutex_lock(&c->lock);
 	for (;;) {
 		b = hash_find(c, f, index);
@@ -535,11 +541,12 @@ int cache_block_get(struct cache *c, struct cache_file *f, uint64_t index, struc
 {
 	if (index >= f->nblocks)
 		return -EINVAL;
-	return cache_block_get_range(c, f, index, 0, block_len(c, f, index), out);
+	return cache_block_get_range(c, f, index, 0, cache_file_block_len(c, f, index), out);
 }
 
 void cache_block_put(struct cache *c, struct cache_block *b)
 {
+	MCFS_ASSERT_NOT_HELD(&c->lock);
 	pthread_mutex_lock(&c->lock);
 	unref(c, b);
 	pthread_mutex_unlock(&c->lock);
@@ -567,6 +574,7 @@ static int start_background(struct cache *c, struct cache_file *f, uint64_t inde
 
 	if (index >= f->nblocks)
 		return -EINVAL;
+	MCFS_ASSERT_NOT_HELD(&c->lock);
 	pthread_mutex_lock(&c->lock);
 	if (hash_find(c, f, index)) {
 		rc = 1;
@@ -611,23 +619,66 @@ int cache_warm(struct cache *c, struct cache_file *f, uint64_t index)
 	return start_background(c, f, index, true);
 }
 
-uint64_t cache_evict_file(struct cache *c, struct cache_file *f)
+void cache_evict_file(struct cache *c, struct cache_file *f, struct cache_evicted *out)
 {
 	struct cache_block *b;
-	uint64_t i, dropped = 0;
+	uint64_t i;
+
+	out->ram_bytes = 0;
+	out->disk_bytes = 0;
+	pthread_mutex_lock(&c->lock);
+	for (i = 0; i < f->nblocks; i++) {
+		b = hash_find(c, f, i);
+		if (!b || b->state != SLOT_READY || b->refs > 0)
+			continue;
+		out->ram_bytes += held_bytes(b);
+		discard(c, b);
+	}
+	pthread_mutex_unlock(&c->lock);
+	if (c->disk) /* all versions of the path */
+		out->disk_bytes = cache_disk_evict_path(c->disk, f->path);
+	out->disk_bytes += cache_backing_evict_path(c, f->path);
+}
+
+uint64_t cache_ram_drop_file(struct cache *c, struct cache_file *f)
+{
+	struct cache_block *b;
+	uint64_t i, bytes = 0;
 
 	pthread_mutex_lock(&c->lock);
 	for (i = 0; i < f->nblocks; i++) {
 		b = hash_find(c, f, i);
 		if (!b || b->state != SLOT_READY || b->refs > 0)
 			continue;
-		dropped += held_bytes(b);
+		bytes += held_bytes(b);
 		discard(c, b);
 	}
 	pthread_mutex_unlock(&c->lock);
-	if (c->disk) /* all versions of the path */
-		dropped += cache_disk_evict_path(c->disk, f->path);
-	return dropped;
+	return bytes;
+}
+
+bool cache_file_complete(struct cache *c, struct cache_file *f)
+{
+	struct cache_block *b;
+	struct cache_meta_key key;
+	bool *in_ram = calloc(f->nblocks + 1, sizeof(*in_ram));
+	bool all = in_ram != NULL;
+	uint64_t i;
+
+	pthread_mutex_lock(&c->lock);
+	for (i = 0; all && i < f->nblocks; i++) {
+		b = hash_find(c, f, i);
+		in_ram[i] = b && b->state == SLOT_READY && cache_block_full(b);
+	}
+	pthread_mutex_unlock(&c->lock);
+	for (i = 0; all && i < f->nblocks; i++) {
+		if (in_ram[i])
+			continue;
+		cache_meta_block_key(f->path, f->version, i, &key);
+		all = c->disk && cache_disk_held(c->disk, &key) == cache_file_block_len(c, f, i);
+	}
+	free(in_ram);
+	return all;
 }
 
 uint64_t cache_file_cached_bytes(struct cache *c, struct cache_file *f)
@@ -664,9 +715,14 @@ void cache_get_stats(struct cache *c, struct cache_stats *out)
 	out->inflight = c->inflight;
 	out->prefetch_bytes = c->prefetch_bytes;
 	pthread_mutex_unlock(&c->lock);
-	out->ram_prefault = atomic_load(&c->prefault_state);
+	out->ram_bytes_limit = c->nslots * c->bs;
+	out->ram_bytes_used = out->slots_used * c->bs;
+	out->ram_prefault = (uint64_t)atomic_load(&c->prefault_state);
 	out->ram_faulted_bytes = atomic_load_explicit(&c->prefault_bytes, memory_order_relaxed);
 	cache_tier_stats(c, out);
+	cache_backing_stats(c, out);
+	out->reads = atomic_load_explicit(&c->reads, memory_order_relaxed);
+	out->read_bytes = atomic_load_explicit(&c->read_bytes, memory_order_relaxed);
 	remote_get_stats(c->remote, &rs);
 	out->store_requests = rs.requests;
 	out->store_reads = rs.read_requests;

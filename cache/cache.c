@@ -1,5 +1,6 @@
 /*
- * cache.c - creating and freeing the cache, and the table of file identities.
+ * cache.c - creating and freeing the cache (it opens and closes the store
+ * too: nothing outside cache/ holds one), and the table of file identities.
  *
  * A file identity is (path, version): the same pair always maps to the same
  * struct cache_file, so blocks cached under one open are found by the next,
@@ -188,14 +189,22 @@ static int start_threads(struct cache *c)
 	return 0;
 }
 
-int cache_new(const struct cfg *cfg, struct remote *remote, struct cache **out)
+int cache_new(const struct cfg *cfg, struct cache **out)
 {
+	struct remote *remote;
 	struct cache *c;
 	int rc;
 
+	/* The store first: a source that does not answer fails the mount before
+	 * any memory is reserved, with the store's own message. */
+	rc = remote_open(cfg, &remote);
+	if (rc < 0)
+		return rc;
 	c = calloc(1, sizeof(*c));
-	if (!c)
+	if (!c) {
+		remote_close(remote);
 		return -ENOMEM;
+	}
 	c->cfg = cfg;
 	c->remote = remote;
 	c->bs = cfg->block_size;
@@ -262,6 +271,7 @@ void cache_free(struct cache *c)
 	pthread_cond_destroy(&c->loaded);
 	pthread_cond_destroy(&c->freed);
 	pthread_cond_destroy(&c->work);
+	remote_close(c->remote); /* no fetch thread is left to use it */
 	free(c);
 }
 
@@ -277,7 +287,7 @@ static size_t fbucket(const struct cache *c, const char *path, const char *versi
 	return (size_t)(h & (c->nfbuckets - 1));
 }
 
-int cache_file_get(struct cache *c, const char *path, const struct remote_attr *attr,
+int cache_file_get(struct cache *c, const char *path, const struct cache_attr *attr,
 		   struct cache_file **out)
 {
 	size_t i = fbucket(c, path, attr->version);

@@ -1,7 +1,11 @@
 /*
- * cache.h - the block cache: files are cut into blocks of cfg->block_size
- * (8 MiB by default), fetched from the store by a pool of fetch threads, and
- * kept in a RAM tier of fixed slots with LRU eviction.
+ * cache.h - the block cache, and the only door to the store and to the
+ * metadata store: fs/ asks here for attributes, listings, symlink targets,
+ * capacity and bytes, and never sees cache/remote or LMDB.
+ *
+ * Files are cut into blocks of cfg->block_size (8 MiB by default), fetched
+ * from the store by a pool of fetch threads, and kept in a RAM tier of fixed
+ * slots with LRU eviction (and a disk tier under cache_dir).
  *
  * Contracts:
  *  - A block is keyed by its file's identity *and version* (struct cache_file)
@@ -13,11 +17,41 @@
  *    other readers sleep until it lands.
  *  - Readahead (struct cache_stream) is per open file; prefetch never evicts a
  *    block that a reader holds or that readahead fetched and nobody read yet.
- *
- * Lock order (outermost first): fs inode-table lock, then cache->lock. The
- * cache lock is never held across store I/O, a FUSE reply or a callback.
+ *  - Block and page arithmetic lives in cache/ only: a reader hands
+ *    cache_read() a byte range and gets back what to reply with.
+ *  - Metadata policy lives here too (attrs.c): attr_ttl, negative_ttl,
+ *    offline, and the write-through of store answers to LMDB.
  *
  * Threads: everything here may be called from any thread.
+ *
+ * Lock order: the one list for the whole daemon; other headers point here.
+ * A thread that holds a lock may take only locks further down the list.
+ * "Leaf": nothing else is taken while it is held. Debug and sanitizer builds
+ * check the places that depend on it with MCFS_ASSERT_HELD/_NOT_HELD
+ * (common/mcfs_lock.h).
+ *   1. inodes->lock (fs/inode.c): the inode table and its nodes. Never held
+ *      across a store request; may be held while taking 3.
+ *   2. cache_stream->lock (readahead.c): one open file's readahead window.
+ *      Held while taking 3: fill_window() calls cache_prefetch().
+ *   3. cache->lock (cache_int.h): the RAM tier's slots, hash, LRU, job queue,
+ *      file table and counters. Leaf: the disk tier, the store and LMDB are
+ *      called after it is dropped.
+ *   Leaves, each taken with none of 1-3 held, and never across I/O:
+ *   - disk->lock (disk_int.h): the disk tier's index, LRU, write queue and
+ *     counters; dropped around io_uring I/O, LMDB and the done callback.
+ *   - backing->lock (backing.c): the backing files' list, pins and counters;
+ *     opens that wait for a build sleep on its condition, the build itself
+ *     runs with no lock held.
+ *   - LMDB's own write lock (inside cache/meta: one write transaction at a
+ *     time, held by LMDB across its commit); cache/meta has no lock of its own.
+ *   - the store's (cache/remote): fetch.c's idle-connection pool lock and
+ *     libcurl's share locks, http.c's manifest rwlock.
+ *   - session->handles_lock (fs/fs_int.h): the list of open handles.
+ *   - the stop thread's lock (fs/main.c).
+ *   - gpu->lock (gpu/gpu_int.h): never held across a CUDA call, a cache call
+ *     or a FUSE reply.
+ * No lock of ours is held across store, disk or LMDB I/O, a CUDA call, a
+ * FUSE reply or a callback into another module.
  */
 #ifndef MCFS_CACHE_H
 #define MCFS_CACHE_H
@@ -25,9 +59,11 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
+#include "cache_attr.h"
 #include "cfg.h"
-#include "remote.h"
+#include "counters.h"
 
 struct cache;
 struct cache_file;
@@ -52,51 +88,26 @@ enum cache_prefault_state {
 	CACHE_PREFAULT_STOPPED = 3,
 };
 
+/*
+ * A snapshot of the counters: one member per CACHE row of CACHE_COUNTERS
+ * (cache/counters.h, which says what each means), the disk tier's DISK rows
+ * in .disk, and the two histograms, which no row can hold.
+ */
 struct cache_stats {
-	uint64_t block_size;	  /* bytes */
-	uint64_t slots;		  /* RAM-tier slots */
-	uint64_t slots_used;	  /* slots holding a block (loading or ready) */
-	uint64_t hits;		  /* gets answered from a ready slot */
-	uint64_t misses;	  /* gets that started a fetch */
-	uint64_t waits;		  /* gets that joined another's fetch (single flight) */
-	uint64_t evictions;	  /* ready blocks dropped for room */
-	uint64_t fetches;	  /* block fetches from the store, done or failed */
-	uint64_t fetch_errors;	  /* of which failed */
-	uint64_t fetched_bytes;	  /* bytes of blocks fetched */
-	uint64_t prefetches;	  /* fetches started by readahead or prefetch */
-	uint64_t prefetch_unused; /* prefetched blocks evicted before any read */
-	uint64_t inflight;	  /* fetches running now */
-	uint64_t prefetch_bytes;  /* readahead memory in use now (budget: prefetch_mem) */
+	CACHE_COUNTERS(CACHE_CTR_MEMBER)
+	struct cache_disk_stats disk;	       /* all 0 when there is no disk tier */
 	uint64_t fetch_lat[CACHE_LAT_BUCKETS]; /* fetches by latency, non-cumulative */
 	double fetch_lat_sum;		       /* seconds, all fetches */
 	uint64_t ra_window[CACHE_RA_BUCKETS];  /* window sizes seen (log2 buckets) */
-	int ram_prefault;		       /* enum cache_prefault_state */
-	uint64_t ram_faulted_bytes;	       /* of the RAM tier, by ram_prefault */
-	/* Disk tier (all 0 when there is none): see struct cache_disk_stats. */
-	int disk_state; /* 0 off, 1 on, 2 full (ENOSPC: RAM only now) */
-	uint64_t disk_slots, disk_slots_used, disk_bytes_limit, disk_bytes_used;
-	uint64_t disk_hits;   /* RAM misses answered by the disk tier */
-	uint64_t disk_misses; /* RAM misses it did not hold (went to the store) */
-	uint64_t disk_read_bytes, disk_writes, disk_written_bytes, disk_write_drops;
-	uint64_t disk_csum_errors; /* blocks dropped for a bad checksum (refetched) */
-	uint64_t disk_io_errors, disk_evictions;
-	uint64_t disk_queued; /* write-behind jobs queued or being written */
-	/* The store (cache/remote), read without a lock: see struct remote_stats. */
-	uint64_t store_requests; /* operations issued (stat, list, read), retries included */
-	uint64_t store_reads;	 /* ranged reads issued */
-	uint64_t store_bytes;	 /* bytes received by reads */
-	uint64_t store_errors;	 /* operations that failed for good */
-	uint64_t store_retries;	 /* retried attempts */
 };
 
 /*
- * Creates the cache: reserves the RAM tier (pages are touched on first use)
- * and starts cfg->connections fetch threads. @cfg and @remote are borrowed
- * and must outlive the cache. Returns 0 with *out set, or a negative errno.
- */
-MCFS_MUST_CHECK int cache_new(const struct cfg *cfg, struct remote *remote, struct cache **out);
-
-/*
+ * Opens the store named by cfg->source (checking that it answers and that
+ * the credentials work), reserves the RAM tier (pages are touched on first
+ * use) and starts cfg->connections fetch threads. @cfg is borrowed and must
+ * outlive the cache. Returns 0 with *out set (free with cache_free()), or a
+ * negative errno after logging why (a store that does not answer, no memory).
+ *
  * With cfg->cache_dir set, cache_new also opens the metadata store (LMDB)
  * and the disk tier in this store's own subdirectory of it (named after the
  * source; cache/meta.h, cache/disk.h), so that stores never share entries.
@@ -104,9 +115,10 @@ MCFS_MUST_CHECK int cache_new(const struct cfg *cfg, struct remote *remote, stru
  * no room) it logs a warning and the cache runs RAM-only: a cache directory
  * never stops a mount.
  */
+MCFS_MUST_CHECK int cache_new(const struct cfg *cfg, struct cache **out);
 
 /* Stops the fetch threads (waiting for fetches in flight), writes the disk
- * tier's queue, closes it and frees it all. */
+ * tier's queue, closes it and the store, and frees it all. NULL is fine. */
 void cache_free(struct cache *c);
 
 /*
@@ -125,8 +137,8 @@ size_t cache_ram_slots(const struct cache *c);
  * same identity, so a reopen finds the blocks read before.
  * Returns 0 or -ENOMEM.
  */
-MCFS_MUST_CHECK int cache_file_get(struct cache *c, const char *path,
-				   const struct remote_attr *attr, struct cache_file **out);
+MCFS_MUST_CHECK int cache_file_get(struct cache *c, const char *path, const struct cache_attr *attr,
+				   struct cache_file **out);
 void cache_file_put(struct cache *c, struct cache_file *f);
 /* Borrowed: valid while a reference is held. */
 const char *cache_file_path(const struct cache_file *f);
@@ -135,11 +147,74 @@ const char *cache_file_version(const struct cache_file *f);
 /* Bytes of this file held now in the RAM or the disk tier (a block in both counts once). */
 uint64_t cache_file_cached_bytes(struct cache *c, struct cache_file *f);
 
-/*
- * The persistent metadata store, or NULL when there is no cache_dir (or it
- * could not be opened). Borrowed: valid until cache_free().
+/* ---- metadata: attributes, listings, symlinks, capacity (attrs.c) ------
+ *
+ * What the store says about paths, and the policy around it. An answer is
+ * served from the metadata store (LMDB, under cache_dir) while it is younger
+ * than attr_ttl (negative_ttl for "no such path"); else the store is asked
+ * and its answer recorded (write-through), so that after a restart a stat
+ * costs one LMDB read instead of a store request. With offline, a store
+ * failure (anything but "no such path") is answered from LMDB whatever the
+ * age, if LMDB has an answer. Without a cache_dir every call asks the store.
+ *
+ * *expires is the monotonic time (mcfs_now_ns()) until which the answer is
+ * fresh: learned + the ttl. A recorded answer dates from when the store gave
+ * it, so it expires in memory when it would have in LMDB. Callers that keep
+ * answers (fs/'s inode table) ask cache_attr_fresh() before reusing them.
+ *
+ * Threads: any. They may block on the store: call with no lock held.
  */
-struct cache_meta *cache_get_meta(struct cache *c);
+
+/*
+ * Attributes of @path ("" is the root). Returns 0 with *a and *expires set;
+ * -ENOENT or -ENOTDIR for no such path (a negative answer: *expires set,
+ * from negative_ttl); or the store's error (-EIO, -EACCES, ...: logged by
+ * the store; *a and *expires undefined).
+ */
+MCFS_MUST_CHECK int cache_stat(struct cache *c, const char *path, struct cache_attr *a,
+			       uint64_t *expires);
+
+/*
+ * The entries of directory @path, with their attributes (no "." or "..").
+ * Returns 0 with *ents, an array of *n entries (caller frees with free()),
+ * and *expires (from attr_ttl; the entries' attributes are as fresh as the
+ * listing); or -ENOENT, -ENOTDIR or the store's error (*ents untouched).
+ */
+MCFS_MUST_CHECK int cache_list(struct cache *c, const char *path, struct cache_dirent **ents,
+			       size_t *n, uint64_t *expires);
+
+/* True while an answer that expires at @expires is fresh (0: never). Can't fail. */
+bool cache_attr_fresh(uint64_t expires);
+
+/*
+ * Forgets the recorded attributes of @path (a read found that the file
+ * changed in the store), so that the next cache_stat() asks the store.
+ * Can't fail: a failure to forget is logged by cache/meta.
+ */
+void cache_forget_attr(struct cache *c, const char *path);
+
+/*
+ * The target of symlink @path into buf (NUL-terminated), always from the
+ * store. Returns its length, or -ENOENT, -EINVAL (not a symlink),
+ * -ENAMETOOLONG (buf too small) or the store's error.
+ */
+MCFS_MUST_CHECK int cache_readlink(struct cache *c, const char *path, char *buf, size_t len);
+
+/*
+ * The store's capacity and free space in bytes, for statfs. Can't fail:
+ * stores with no capacity to report (object stores), and a store that fails
+ * to say, give 0 and 0.
+ */
+void cache_statfs(struct cache *c, uint64_t *total_bytes, uint64_t *free_bytes);
+
+/*
+ * Writes the manifest of the tree under @dir to @out: the listing an http
+ * store serves as .mcfs-manifest.json (format: cache/remote/manifest.h).
+ * For the CLI (`mcfs manifest`), needs no cache. Returns 0, or a negative
+ * errno after printing what failed to stderr; -ENOTSUP in a build without
+ * the network stores.
+ */
+MCFS_MUST_CHECK int cache_write_manifest(const char *dir, FILE *out);
 
 /*
  * Block arithmetic lives here and nowhere else. A span is the part of the
@@ -209,13 +284,48 @@ MCFS_MUST_CHECK int cache_prefetch(struct cache *c, struct cache_file *f, uint64
  */
 MCFS_MUST_CHECK int cache_warm(struct cache *c, struct cache_file *f, uint64_t index);
 
+/* Bytes cache_evict_file() dropped, per tier: a block held by both counts in each. */
+struct cache_evicted {
+	uint64_t ram_bytes;
+	uint64_t disk_bytes; /* 0 without a disk tier */
+};
+
 /* Drops every unreferenced cached block of @f from RAM, and every block of its
- * path (any version) from the disk tier. Returns the bytes dropped (summed
- * over the tiers). */
-uint64_t cache_evict_file(struct cache *c, struct cache_file *f);
+ * path (any version) from the disk tier and its backing files (a pinned one
+ * when its last user puts it back), and says how much in *out. Can't fail. */
+void cache_evict_file(struct cache *c, struct cache_file *f, struct cache_evicted *out);
+
+/* ---- backing files for FUSE passthrough (backing.c) ------------------------
+ *
+ * The kernel reads a passthrough open's backing file itself, at the file's
+ * own offsets, with no request to mcfs; so a backing file must hold the whole
+ * version and nothing else. cache/ keeps them (fs/ never sees a path under
+ * cache_dir): one plain file per complete version, built from the verified
+ * tiers on the first get, bounded by disk_cache. Lock: their own leaf lock.
+ */
+
+/*
+ * A read-only descriptor of @f's backing file in *fd (the caller closes it),
+ * building the file first if the tiers hold every block of @f whole (the
+ * open sleeps for the copy, and opens of the same version wait for it).
+ * Pins the file (never evicted) until cache_backing_put(c, f); one put per
+ * successful get. Returns 0; -ENOENT when there is none and none can be
+ * built (no disk tier, a block missing, an empty file); -ENOSPC when the
+ * backing files' share of disk_cache is pinned; or the error of the build
+ * (logged; -ESTALE when the file changed in the store). Threads: any, with
+ * no lock of the caller's held (it may do I/O for seconds).
+ */
+MCFS_MUST_CHECK int cache_backing_get(struct cache *c, struct cache_file *f, int *fd);
+/* True if this cache can make backing files (it has a disk tier). Can't fail. */
+bool cache_backing_enabled(const struct cache *c);
+/* Unpins what cache_backing_get() pinned. Can't fail. */
+void cache_backing_put(struct cache *c, struct cache_file *f);
 
 /* A snapshot of every counter of the cache, its tiers and its store. Can't fail. */
 void cache_get_stats(struct cache *c, struct cache_stats *out);
+
+/* What @reason (enum cache_disk_off) means, in a few words: static, never NULL. */
+const char *cache_disk_off_text(int reason);
 
 /* The store's kind: "posix", "http" or "s3". Borrowed: static. Can't fail. */
 const char *cache_store_kind(const struct cache *c);
@@ -224,16 +334,57 @@ const char *cache_store_kind(const struct cache *c);
  * Readahead: one stream per open file handle. cache_stream_access() tells it
  * a read of [off, off+len) is being served; it grows the window while the
  * access pattern stays sequential (tolerating small reordering) and collapses
- * it on random access, prefetching the window's blocks.
- * cache_stream_new returns 0 or -ENOMEM; the stream holds a reference to @f.
+ * it on random access, prefetching the window's blocks. cache_read() calls
+ * it for each read; the other calls are for callers that walk blocks
+ * themselves. cache_stream_new returns 0 or -ENOMEM; the stream holds a
+ * reference to @f. Lock: the stream's own, taken before cache->lock.
  */
 MCFS_MUST_CHECK int cache_stream_new(struct cache *c, struct cache_file *f,
 				     struct cache_stream **out);
 void cache_stream_free(struct cache_stream *s);
 void cache_stream_access(struct cache_stream *s, uint64_t off, size_t len);
-/* Current window in blocks (0 = not sequential). */
-unsigned cache_stream_window(const struct cache_stream *s);
+/* Current window in blocks (0 = not sequential). Takes the stream's lock. */
+unsigned cache_stream_window(struct cache_stream *s);
 /* True if the last access was not sequential: fetch only the bytes asked for. */
 bool cache_stream_random(struct cache_stream *s);
+
+/* ---- reading (read.c) ---------------------------------------------------
+ *
+ * One call answers a read of an open file: it tells the stream's readahead,
+ * cuts the range at block boundaries, fetches what is missing (on a random
+ * reader's miss only the 4 KiB pages it reads, on a streaming reader's the
+ * whole block) and hands back what to reply with. A range inside one block
+ * is answered from the block's slot (zero copy: the block stays pinned until
+ * the reply is written); one that straddles blocks holds one block at a time
+ * and is copied into a buffer of its own, so that a reader never holds two
+ * slots and readers can't deadlock over a small RAM tier.
+ */
+
+/* What to reply with. Fill with cache_read(), release with cache_read_done(). */
+struct cache_read_reply {
+	const char *data; /* borrowed: valid until cache_read_done(); NULL when len is 0 */
+	size_t len;	  /* bytes at data: the range asked for, cut at EOF; 0 past it */
+	bool pinned;	  /* data lies in a block's slot (zero copy), not in a copy */
+	/* Private to cache/: what cache_read_done() releases. */
+	struct cache *c;
+	struct cache_block *block; /* the pinned block, or NULL */
+	char *buf;		   /* the copy across blocks (malloc'd), or NULL */
+};
+
+/*
+ * Reads [off, off+len) of the stream's file. Returns 0 with *out filled
+ * (out->len is 0 at or past EOF, or for len 0); call cache_read_done(out)
+ * once the reply is written. Errors, with *out empty and nothing held:
+ * -ESTALE, the file changed in the store since it was opened (the caller
+ * forgets its attributes, so that the next open sees the new version);
+ * -EIO, the store failed (logged once, with the path and block); -ENOMEM.
+ * Counts the read in cache_stats (reads, read_bytes) unless it is empty.
+ * Threads: any, several at once on one stream too. No lock held on return.
+ */
+MCFS_MUST_CHECK int cache_read(struct cache_stream *s, uint64_t off, size_t len,
+			       struct cache_read_reply *out);
+
+/* Releases what a reply holds: the block's pin, or the copy. Can't fail. */
+void cache_read_done(struct cache_read_reply *r);
 
 #endif

@@ -5,7 +5,8 @@
  * Lock: one mutex, cache->lock, guards every field marked "guarded by lock"
  * below: the block hash, the LRU and free lists, the job queue, the file table
  * and the counters. It is a leaf lock: nothing else is taken while it is held,
- * and it is never held across store I/O.
+ * and it is never held across store I/O. Its place among the daemon's locks:
+ * the lock order at the top of cache.h.
  */
 #ifndef MCFS_CACHE_INT_H
 #define MCFS_CACHE_INT_H
@@ -15,7 +16,9 @@
 
 #include "cache.h"
 #include "disk.h"
+#include "mcfs_lock.h"
 #include "meta.h"
+#include "remote.h"
 
 enum slot_state {
 	SLOT_FREE,    /* on the free list, in no hash chain */
@@ -55,7 +58,7 @@ struct cache_file {
 	uint64_t size;		  /* bytes */
 	uint64_t nblocks;
 	char *path;
-	char version[REMOTE_VERSION_MAX];
+	char version[CACHE_VERSION_MAX];
 };
 
 /* A list with a sentinel: LRU (head = least recently used), free, jobs. */
@@ -66,7 +69,7 @@ struct slot_list {
 
 struct cache {
 	const struct cfg *cfg; /* borrowed */
-	struct remote *remote; /* borrowed */
+	struct remote *remote; /* the store: opened by cache_new(), closed by cache_free() */
 	uint64_t bs;	       /* block size, bytes */
 	unsigned bs_shift;     /* log2(bs) */
 	char *region;	       /* nslots * bs bytes, mmap'd */
@@ -94,6 +97,8 @@ struct cache {
 	unsigned warm_jobs;	 /* guarded by lock: warm-up fetches queued or running */
 	struct cache_stats st;	 /* guarded by lock (counters only) */
 
+	atomic_uint_fast64_t reads, read_bytes; /* cache_read()'s counters (relaxed) */
+
 	pthread_t prefault; /* ram_prefault: faults the region in, then ends */
 	bool prefault_started;
 	atomic_bool prefault_stop;	     /* cache_free(): stop early */
@@ -107,7 +112,24 @@ struct cache {
 	struct cache_meta *meta;
 	struct cache_disk *disk;
 	int lockfd; /* flock'd CACHE_DIR/lock: one daemon per cache_dir; -1 if none */
+	/* Why disk is NULL (enum cache_disk_off) and the errno behind it, or 0:
+	 * set with it, fixed afterwards. */
+	int disk_off, disk_off_errno;
+	/* Backing files for FUSE passthrough (backing.c): NULL without a disk
+	 * tier. Set up with the disk tier, fixed afterwards; its own lock. */
+	struct cache_backing *backing;
 };
+
+/*
+ * Bytes of block @index of @f (index < f->nblocks): block_size, or less for
+ * the file's last block. The one place this is worked out; cache_span()
+ * gives it to callers outside the cache. Can't fail.
+ */
+static inline uint32_t cache_file_block_len(const struct cache *c, const struct cache_file *f,
+					    uint64_t index)
+{
+	return (uint32_t)MCFS_MIN(c->bs, f->size - (index << c->bs_shift));
+}
 
 /* blocks.c: list helpers and the fetch thread, used by cache.c's setup. */
 void cache_lists_init(struct cache *c);
@@ -136,12 +158,30 @@ void cache_tier_behind(struct cache *c, struct cache_block *b);
 void cache_disk_done(void *ctx, void *arg);
 /* Disk-tier bytes of f's blocks that in_ram[] says RAM lacks. No lock held. */
 uint64_t cache_tier_file_bytes(struct cache *c, struct cache_file *f, const bool *in_ram);
-/* Adds the disk tier's counters. No lock held. */
+/* Adds the disk tier's counters, or why there is none. No lock held. */
 void cache_tier_stats(struct cache *c, struct cache_stats *out);
+
+/* blocks.c: drops @f's unreferenced blocks from the RAM tier; returns the bytes. */
+uint64_t cache_ram_drop_file(struct cache *c, struct cache_file *f);
+/* blocks.c: true if every block of @f is whole in the RAM or the disk tier. No lock held. */
+bool cache_file_complete(struct cache *c, struct cache_file *f);
+
+/* backing.c: the backing files under STORE_DIR/files, at most @limit bytes (removes
+ * what a previous run left). Returns 0 or a negative errno (then no passthrough). */
+MCFS_MUST_CHECK int cache_backing_open(struct cache *c, const char *store_dir, uint64_t limit);
+void cache_backing_close(struct cache *c); /* NULL backing is fine */
+/* Unlinks @path's unpinned backing files (pinned ones at their last put); returns bytes. */
+uint64_t cache_backing_evict_path(struct cache *c, const char *path);
+/* Fills the backing_* counters. No lock held. */
+void cache_backing_stats(struct cache *c, struct cache_stats *out);
 
 /* Page bitmaps (blocks.c): does b hold all of [lo, hi)? all of its block? */
 bool cache_block_covers(const struct cache_block *b, uint32_t lo, uint32_t hi);
 bool cache_block_full(const struct cache_block *b);
+
+/* readahead.c: the cache and the file (the stream's reference) a stream reads. Can't fail. */
+struct cache *cache_stream_cache(const struct cache_stream *s);
+struct cache_file *cache_stream_file(const struct cache_stream *s);
 
 /* Records a readahead window size in the stats histogram. */
 void cache_note_window(struct cache *c, unsigned window);

@@ -25,6 +25,7 @@
  */
 #define _GNU_SOURCE
 #include "disk_int.h"
+#include "cfg.h" /* cfg_parse_size: disk_cache sizes */
 
 #include <errno.h>
 #include <fcntl.h>
@@ -55,6 +56,7 @@ uint32_t cache_disk_find(struct cache_disk *d, const struct cache_meta_key *k)
 {
 	uint32_t i;
 
+	MCFS_ASSERT_HELD(&d->lock);
 	for (i = d->buckets[hash_of(d, k)]; i != DNIL; i = d->slots[i].hnext)
 		if (memcmp(&d->slots[i].key, k, sizeof(*k)) == 0)
 			return i;
@@ -65,6 +67,7 @@ void cache_disk_hash_insert(struct cache_disk *d, uint32_t i)
 {
 	uint32_t h = hash_of(d, &d->slots[i].key);
 
+	MCFS_ASSERT_HELD(&d->lock);
 	d->slots[i].hnext = d->buckets[h];
 	d->buckets[h] = i;
 }
@@ -73,6 +76,7 @@ void cache_disk_hash_remove(struct cache_disk *d, uint32_t i)
 {
 	uint32_t *pp = &d->buckets[hash_of(d, &d->slots[i].key)];
 
+	MCFS_ASSERT_HELD(&d->lock);
 	while (*pp != i)
 		pp = &d->slots[*pp].hnext;
 	*pp = d->slots[i].hnext;
@@ -83,6 +87,7 @@ void cache_disk_lru_del(struct cache_disk *d, uint32_t i)
 {
 	struct dslot *s = &d->slots[i];
 
+	MCFS_ASSERT_HELD(&d->lock);
 	if (!s->on_lru)
 		return;
 	d->slots[s->prev].next = s->next;
@@ -95,6 +100,7 @@ void cache_disk_lru_push(struct cache_disk *d, uint32_t i)
 {
 	struct dslot *s = &d->slots[i], *head = &d->slots[d->nslots];
 
+	MCFS_ASSERT_HELD(&d->lock);
 	s->prev = head->prev;
 	s->next = d->nslots;
 	d->slots[head->prev].next = i;
@@ -113,6 +119,7 @@ int cache_disk_rw(struct cache_disk *d, struct io_uring *ring, bool write, uint3
 	struct io_uring_cqe *cqe;
 	int rc = 0, r;
 
+	MCFS_ASSERT_NOT_HELD(&d->lock);
 	while (done < n) {
 		/* Fill the ring with the pieces not yet sent, then reap one. */
 		while (sent < n && (sqe = io_uring_get_sqe(ring)) != NULL) {
@@ -179,8 +186,10 @@ static void ring_put(struct cache_disk *d, struct dring *r)
  * entry, then frees the slot. No lock held on entry. */
 static void drop_dead(struct cache_disk *d, uint32_t i, const struct cache_meta_key *k)
 {
-	int rc = cache_meta_blocks_update(d->meta, k, 1, NULL, NULL, 0);
+	int rc;
 
+	MCFS_ASSERT_NOT_HELD(&d->lock);
+	rc = cache_meta_blocks_update(d->meta, k, 1, NULL, NULL, 0);
 	pthread_mutex_lock(&d->lock);
 	if (rc == 0) {
 		d->slots[i].state = DS_FREE;
@@ -383,6 +392,9 @@ static int load_one(void *arg, const struct cache_meta_key *k, const struct cach
 		lc->bad[lc->nbad++] = *k;
 		return 0;
 	}
+	/* No other thread yet: the lock only keeps the index helpers' rule
+	 * (lock held) true everywhere, so debug builds can check it. */
+	pthread_mutex_lock(&d->lock);
 	s = &d->slots[v->slot];
 	s->key = *k;
 	s->csum = v->csum;
@@ -392,6 +404,7 @@ static int load_one(void *arg, const struct cache_meta_key *k, const struct cach
 	cache_disk_hash_insert(d, v->slot);
 	d->st.slots_used++;
 	d->st.bytes_used += v->len;
+	pthread_mutex_unlock(&d->lock);
 	return 0;
 }
 
@@ -433,6 +446,7 @@ static int load_index(struct cache_disk *d)
 	order = malloc((d->nslots + 1) * sizeof(*order));
 	if (!order)
 		return -ENOMEM;
+	pthread_mutex_lock(&d->lock); /* as in load_one() */
 	for (i = 0; i < d->nslots; i++)
 		if (d->slots[i].state == DS_VALID)
 			order[n++] = i;
@@ -445,6 +459,7 @@ static int load_index(struct cache_disk *d)
 	for (i = d->nslots; i-- > 0;)
 		if (d->slots[i].state == DS_FREE)
 			d->free_stack[d->nfree++] = i;
+	pthread_mutex_unlock(&d->lock);
 	free(order);
 	return 0;
 }

@@ -20,7 +20,8 @@
  *
  * Lock: disk->lock (private) guards the in-memory index, the LRU, the queue
  * and the counters. It is a leaf lock, never held across I/O, LMDB or the
- * done callback. Callers may hold no lock of theirs while calling in.
+ * done callback. Callers may hold no lock of theirs while calling in (the
+ * lock order of the whole daemon: the top of cache/cache.h).
  */
 #ifndef MCFS_CACHE_DISK_H
 #define MCFS_CACHE_DISK_H
@@ -29,6 +30,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "counters.h"
 #include "mcfs.h"
 #include "meta.h"
 
@@ -36,24 +38,6 @@ struct cache_disk;
 
 /* Buffers given to read and write: aligned to this, and at least len rounded up to it. */
 #define CACHE_DISK_ALIGN 4096
-
-struct cache_disk_stats {
-	uint64_t slots;		/* blocks the tier can hold */
-	uint64_t slots_used;	/* blocks it holds */
-	uint64_t bytes_limit;	/* slots * block size */
-	uint64_t bytes_used;	/* valid bytes of the blocks it holds */
-	uint64_t hits;		/* reads answered (verified) */
-	uint64_t misses;	/* reads of blocks it did not hold */
-	uint64_t read_bytes;	/* bytes of verified reads */
-	uint64_t writes;	/* blocks written and indexed */
-	uint64_t written_bytes; /* their bytes */
-	uint64_t write_drops;	/* write-behind jobs refused or abandoned (queue full, no slot) */
-	uint64_t csum_errors;	/* reads whose bytes failed the checksum (dropped) */
-	uint64_t io_errors;	/* reads or writes the kernel failed */
-	uint64_t evictions;	/* blocks dropped for room */
-	uint64_t queued;	/* write-behind jobs queued or being written now */
-	bool full;		/* ENOSPC seen: no more writes */
-};
 
 /*
  * Parses @spec ("SIZE", or "N%" of the free space of @dir's filesystem plus
@@ -108,6 +92,7 @@ uint64_t cache_disk_evict_path(struct cache_disk *d, const char *path);
 /* Waits until the write queue is empty and its index entries are committed. */
 void cache_disk_flush(struct cache_disk *d);
 
+/* The tier's counters (struct cache_disk_stats: the DISK rows of cache/counters.h). */
 void cache_disk_get_stats(struct cache_disk *d, struct cache_disk_stats *out);
 
 #endif

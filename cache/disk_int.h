@@ -13,6 +13,7 @@
 #include <pthread.h>
 
 #include "disk.h"
+#include "mcfs_lock.h"
 
 #define DNIL UINT32_MAX /* "no slot" in the index links */
 

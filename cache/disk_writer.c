@@ -55,6 +55,7 @@ static uint32_t take_slot(struct cache_disk *d, struct batch *b)
 	struct dslot *head = &d->slots[d->nslots], *s;
 	uint32_t i;
 
+	MCFS_ASSERT_HELD(&d->lock);
 	if (d->nfree)
 		return d->free_stack[--d->nfree];
 	i = head->next; /* least recently used; LRU holds only VALID, unread slots */
@@ -76,6 +77,7 @@ static void take_jobs(struct cache_disk *d, struct batch *b)
 	struct dslot *s;
 	uint32_t i;
 
+	MCFS_ASSERT_HELD(&d->lock);
 	b->n = b->ndel = 0;
 	while (d->qlen && b->n < WB_BATCH) {
 		b->jobs[b->n] = d->q[d->qhead];
@@ -108,6 +110,7 @@ static void went_full(struct cache_disk *d, const char *what)
 {
 	bool first;
 
+	MCFS_ASSERT_NOT_HELD(&d->lock);
 	pthread_mutex_lock(&d->lock);
 	first = !d->full;
 	d->full = true;
@@ -126,6 +129,7 @@ static int write_one(struct cache_disk *d, struct io_uring *ring, struct batch *
 	    (b->jobs[j].len + CACHE_DISK_ALIGN - 1) / CACHE_DISK_ALIGN * CACHE_DISK_ALIGN;
 	int rc = 0;
 
+	MCFS_ASSERT_NOT_HELD(&d->lock);
 	if (fallocate(d->fd, 0, (off_t)((uint64_t)i * d->bs), (off_t)len) < 0 &&
 	    errno != EOPNOTSUPP)
 		rc = -errno;
@@ -205,6 +209,7 @@ static void run_batch(struct cache_disk *d, struct io_uring *ring, struct batch 
 	size_t j;
 	int rc = 0;
 
+	MCFS_ASSERT_NOT_HELD(&d->lock);
 	if (b->ndel) {
 		rc = cache_meta_blocks_update(d->meta, b->dels, b->ndel, NULL, NULL, 0);
 		if (rc == -ENOSPC)

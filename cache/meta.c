@@ -48,7 +48,7 @@ struct attr_rec {
 	int64_t fetched;
 	uint32_t exists;
 	uint32_t pad;
-	struct remote_attr a;
+	struct cache_attr a;
 };
 
 /* Stored value of lists: this header, then n entries. */
@@ -283,7 +283,7 @@ static int noted(struct cache_meta *m, int rc, const char *path)
 	return rc;
 }
 
-int cache_meta_put_attr(struct cache_meta *m, const char *path, const struct remote_attr *a,
+int cache_meta_put_attr(struct cache_meta *m, const char *path, const struct cache_attr *a,
 			int64_t fetched)
 {
 	char kb[META_KEY_MAX + 1];
@@ -298,7 +298,7 @@ int cache_meta_put_attr(struct cache_meta *m, const char *path, const struct rem
 	return noted(m, put1(m, m->attrs, &k, &v), path);
 }
 
-int cache_meta_get_attr(struct cache_meta *m, const char *path, struct remote_attr *a, bool *exists,
+int cache_meta_get_attr(struct cache_meta *m, const char *path, struct cache_attr *a, bool *exists,
 			int64_t *fetched)
 {
 	char kb[META_KEY_MAX + 1];
@@ -345,7 +345,7 @@ int cache_meta_del_attr(struct cache_meta *m, const char *path)
 
 /* Puts each entry's attributes, under @dir's transaction. */
 static int put_children(struct cache_meta *m, MDB_txn *txn, const char *dir,
-			const struct remote_dirent *ents, size_t n, int64_t fetched)
+			const struct cache_dirent *ents, size_t n, int64_t fetched)
 {
 	char path[4096], kb[META_KEY_MAX + 1];
 	struct attr_rec r;
@@ -369,7 +369,7 @@ static int put_children(struct cache_meta *m, MDB_txn *txn, const char *dir,
 	return 0;
 }
 
-int cache_meta_put_list(struct cache_meta *m, const char *dir, const struct remote_dirent *ents,
+int cache_meta_put_list(struct cache_meta *m, const char *dir, const struct cache_dirent *ents,
 			size_t n, int64_t fetched)
 {
 	char kb[META_KEY_MAX + 1];
@@ -397,7 +397,7 @@ int cache_meta_put_list(struct cache_meta *m, const char *dir, const struct remo
 	return noted(m, err(mdb_txn_commit(txn)), dir);
 }
 
-int cache_meta_get_list(struct cache_meta *m, const char *dir, struct remote_dirent **ents,
+int cache_meta_get_list(struct cache_meta *m, const char *dir, struct cache_dirent **ents,
 			size_t *n, int64_t *fetched)
 {
 	char kb[META_KEY_MAX + 1];

@@ -3,7 +3,7 @@
  * (attributes, listings, when it was asked) and the disk tier's block index.
  *
  * One environment under CACHE_DIR/meta with named databases:
- *   attrs   store path -> struct remote_attr, "exists", fetch time (wall clock)
+ *   attrs   store path -> struct cache_attr, "exists", fetch time (wall clock)
  *   lists   dir path   -> its entries (name + attributes), fetch time
  *   blocks  struct cache_meta_key -> struct cache_meta_block (slot, checksum...)
  *   info    name -> u64 (format version, block size)
@@ -30,7 +30,7 @@
 #include <stdint.h>
 
 #include "mcfs.h"
-#include "remote.h"
+#include "cache_attr.h"
 
 struct cache_meta;
 
@@ -76,11 +76,11 @@ int64_t cache_meta_now(void);
  * its attributes, or with @a NULL that it does not exist.
  */
 MCFS_MUST_CHECK int cache_meta_put_attr(struct cache_meta *m, const char *path,
-					const struct remote_attr *a, int64_t fetched);
+					const struct cache_attr *a, int64_t fetched);
 
 /* Fills *a, *exists, *fetched. Returns 0, -ENOENT if never recorded, or an error. */
 MCFS_MUST_CHECK int cache_meta_get_attr(struct cache_meta *m, const char *path,
-					struct remote_attr *a, bool *exists, int64_t *fetched);
+					struct cache_attr *a, bool *exists, int64_t *fetched);
 
 /* Forgets @path's attributes (a read found the file changed). 0 or an error. */
 MCFS_MUST_CHECK int cache_meta_del_attr(struct cache_meta *m, const char *path);
@@ -90,15 +90,14 @@ MCFS_MUST_CHECK int cache_meta_del_attr(struct cache_meta *m, const char *path);
  * attrs, in one transaction. @ents is borrowed for the call.
  */
 MCFS_MUST_CHECK int cache_meta_put_list(struct cache_meta *m, const char *dir,
-					const struct remote_dirent *ents, size_t n,
-					int64_t fetched);
+					const struct cache_dirent *ents, size_t n, int64_t fetched);
 
 /*
  * The recorded listing of @dir: *ents is an array of *n entries, caller
  * frees with free(). Returns 0, -ENOENT if never recorded, or an error.
  */
 MCFS_MUST_CHECK int cache_meta_get_list(struct cache_meta *m, const char *dir,
-					struct remote_dirent **ents, size_t *n, int64_t *fetched);
+					struct cache_dirent **ents, size_t *n, int64_t *fetched);
 
 /* ---- the disk tier's block index ---------------------------------------- */
 

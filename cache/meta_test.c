@@ -18,9 +18,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-static struct remote_attr attr(uint64_t size, const char *version)
+static struct cache_attr attr(uint64_t size, const char *version)
 {
-	struct remote_attr a;
+	struct cache_attr a;
 
 	memset(&a, 0, sizeof(a));
 	a.size = size;
@@ -32,7 +32,7 @@ static struct remote_attr attr(uint64_t size, const char *version)
 
 static void test_attrs(struct cache_meta *m)
 {
-	struct remote_attr a = attr(42, "v1"), got;
+	struct cache_attr a = attr(42, "v1"), got;
 	char longpath[2000];
 	bool exists;
 	int64_t t;
@@ -59,8 +59,8 @@ static void test_attrs(struct cache_meta *m)
 
 static void test_lists(struct cache_meta *m)
 {
-	struct remote_dirent ents[3], *got = NULL;
-	struct remote_attr a;
+	struct cache_dirent ents[3], *got = NULL;
+	struct cache_attr a;
 	bool exists;
 	size_t n = 0;
 	int64_t t;
@@ -130,7 +130,7 @@ static void test_reopen(const char *dir)
 {
 	struct cache_meta *m = NULL;
 	struct scan sc = {0, 0};
-	struct remote_attr a;
+	struct cache_attr a;
 	bool exists;
 	uint64_t v = 0;
 	int64_t t;

@@ -25,7 +25,7 @@
 struct cache_stream {
 	struct cache *c;
 	struct cache_file *f; /* reference held */
-	pthread_mutex_t lock; /* guards the fields below; taken before c->lock */
+	pthread_mutex_t lock; /* guards the fields below; taken before c->lock (cache.h) */
 	uint64_t last;	      /* block of the last access */
 	uint64_t ra_next;     /* first block not yet asked for */
 	unsigned window;      /* blocks; 0 = not sequential */
@@ -45,7 +45,7 @@ struct cache_stream {
 int cache_stream_new(struct cache *c, struct cache_file *f, struct cache_stream **out)
 {
 	struct cache_stream *s = calloc(1, sizeof(*s));
-	struct remote_attr attr = {.size = f->size};
+	struct cache_attr attr = {.size = f->size};
 
 	if (!s)
 		return -ENOMEM;
@@ -71,9 +71,14 @@ void cache_stream_free(struct cache_stream *s)
 	free(s);
 }
 
-/* Asks for blocks up to (not including) @end; stops at the first refusal. */
+/*
+ * Asks for blocks up to (not including) @end; stops at the first refusal.
+ * Stream lock held (ra_next); takes the cache's lock inside cache_prefetch().
+ */
 static void fill_window(struct cache_stream *s, uint64_t end)
 {
+	MCFS_ASSERT_HELD(&s->lock);
+	MCFS_ASSERT_NOT_HELD(&s->c->lock);
 	if (end > s->f->nblocks)
 		end = s->f->nblocks;
 	while (s->ra_next < end) {
@@ -93,6 +98,7 @@ static bool continues(const struct cache_stream *s, uint64_t off)
 {
 	uint64_t blk = off >> s->c->bs_shift;
 
+	MCFS_ASSERT_HELD(&s->lock);
 	if (!s->started)
 		return false;
 	if (off + RA_REORDER >= s->next_off && off <= s->next_off + RA_REORDER)
@@ -106,6 +112,7 @@ void cache_stream_access(struct cache_stream *s, uint64_t off, size_t len)
 	bool near, seq, grew = false;
 	unsigned window;
 
+	MCFS_ASSERT_NOT_HELD(&s->c->lock); /* the stream's lock comes first */
 	pthread_mutex_lock(&s->lock);
 	near = continues(s, off);
 	s->run = near ? s->run + len : len;
@@ -139,9 +146,14 @@ void cache_stream_access(struct cache_stream *s, uint64_t off, size_t len)
 		cache_note_window(s->c, window);
 }
 
-unsigned cache_stream_window(const struct cache_stream *s)
+unsigned cache_stream_window(struct cache_stream *s)
 {
-	return s->window;
+	unsigned w;
+
+	pthread_mutex_lock(&s->lock);
+	w = s->window;
+	pthread_mutex_unlock(&s->lock);
+	return w;
 }
 
 bool cache_stream_random(struct cache_stream *s)
@@ -152,4 +164,14 @@ bool cache_stream_random(struct cache_stream *s)
 	r = s->random;
 	pthread_mutex_unlock(&s->lock);
 	return r;
+}
+
+struct cache *cache_stream_cache(const struct cache_stream *s)
+{
+	return s->c;
+}
+
+struct cache_file *cache_stream_file(const struct cache_stream *s)
+{
+	return s->f;
 }

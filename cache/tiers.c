@@ -157,6 +157,13 @@ static int make_store_dir(struct cache *c, char *out, size_t outlen)
 	return rc;
 }
 
+/* Leaves the cache without a disk tier, remembering why for the stats. */
+static void set_off(struct cache *c, enum cache_disk_off reason, int rc)
+{
+	c->disk_off = reason;
+	c->disk_off_errno = -rc;
+}
+
 void cache_tiers_open(struct cache *c)
 {
 	char dir[STORE_DIR_MAX], p[STORE_DIR_MAX + 16];
@@ -165,10 +172,13 @@ void cache_tiers_open(struct cache *c)
 	int rc;
 
 	c->lockfd = -1;
-	if (!c->cfg->cache_dir[0])
+	if (!c->cfg->cache_dir[0]) {
+		set_off(c, CACHE_DISK_OFF_NO_DIR, 0);
 		return;
+	}
 	rc = make_store_dir(c, dir, sizeof(dir));
 	if (rc < 0) {
+		set_off(c, CACHE_DISK_OFF_DIR, rc);
 		MCFS_WARN("cache_dir %s: %s; running without a disk tier (RAM only; set cache_dir "
 			  "to a writable directory, or cache_dir= to not use one)",
 			  c->cfg->cache_dir, strerror(-rc));
@@ -177,13 +187,19 @@ void cache_tiers_open(struct cache *c)
 	note_old_layout(c->cfg->cache_dir);
 	rc = take_lock(c, dir);
 	if (rc < 0) {
+		if (rc == -EBUSY)
+			set_off(c, CACHE_DISK_OFF_LOCKED, 0);
+		else
+			set_off(c, CACHE_DISK_OFF_DIR, rc);
 		MCFS_WARN("cache_dir %s: %s; running without a disk tier (RAM only)", dir,
 			  rc == -EBUSY ? "in use by another mcfs daemon of this store"
 				       : strerror(-rc));
 		return;
 	}
 	snprintf(p, sizeof(p), "%s/meta", dir);
-	if (cache_meta_open(p, &c->meta) < 0) {
+	rc = cache_meta_open(p, &c->meta);
+	if (rc < 0) {
+		set_off(c, CACHE_DISK_OFF_META, rc);
 		MCFS_WARN("cache_dir %s: no metadata store; running RAM only", dir);
 		return;
 	}
@@ -192,14 +208,21 @@ void cache_tiers_open(struct cache *c)
 	if (rc == 0)
 		rc =
 		    cache_disk_open(dir, limit, c->bs, c->meta, qmax, cache_disk_done, c, &c->disk);
-	if (rc < 0)
+	/* Backing files share disk_cache's size as their own bound (a second copy:
+	 * docs/architecture.md, Passthrough). Without them there is no passthrough. */
+	if (rc == 0 && cache_backing_open(c, dir, limit) < 0)
+		MCFS_WARN("cache_dir %s: no directory for backing files: no FUSE passthrough", dir);
+	if (rc < 0) {
+		set_off(c, CACHE_DISK_OFF_DISK, rc);
 		MCFS_WARN("cache_dir %s: no disk tier (disk_cache=%s: %llu bytes): %s; "
 			  "metadata is still kept there",
 			  dir, c->cfg->disk_cache, (unsigned long long)limit, strerror(-rc));
+	}
 }
 
 void cache_tiers_close(struct cache *c)
 {
+	cache_backing_close(c);
 	cache_disk_close(c->disk); /* drains write-behind: calls cache_disk_done() */
 	c->disk = NULL;
 	cache_meta_close(c->meta);
@@ -209,27 +232,19 @@ void cache_tiers_close(struct cache *c)
 	c->lockfd = -1;
 }
 
-struct cache_meta *cache_get_meta(struct cache *c)
-{
-	return c->meta;
-}
-
-static uint32_t whole_len(const struct cache *c, const struct cache_block *b)
-{
-	return (uint32_t)MCFS_MIN(c->bs, b->file->size - (b->index << c->bs_shift));
-}
-
 bool cache_tier_fill(struct cache *c, struct cache_block *b, uint32_t *len)
 {
 	struct cache_meta_key key;
 	uint32_t n;
 
+	MCFS_ASSERT_NOT_HELD(&c->lock);
 	if (!c->disk)
 		return false;
 	cache_meta_block_key(b->file->path, b->file->version, b->index, &key);
 	/* A miss, a bad checksum (dropped there, logged) or a length that is not
 	 * this version's all go to the store. */
-	if (cache_disk_read(c->disk, &key, b->data, c->bs, &n) < 0 || n != whole_len(c, b))
+	if (cache_disk_read(c->disk, &key, b->data, c->bs, &n) < 0 ||
+	    n != cache_file_block_len(c, b->file, b->index))
 		return false;
 	*len = n;
 	return true;
@@ -237,6 +252,7 @@ bool cache_tier_fill(struct cache *c, struct cache_block *b, uint32_t *len)
 
 bool cache_tier_wants(const struct cache *c, const struct cache_block *b)
 {
+	MCFS_ASSERT_HELD(&c->lock);
 	return c->disk && cache_block_full(b);
 }
 
@@ -244,6 +260,7 @@ void cache_tier_behind(struct cache *c, struct cache_block *b)
 {
 	struct cache_meta_key key;
 
+	MCFS_ASSERT_NOT_HELD(&c->lock);
 	cache_meta_block_key(b->file->path, b->file->version, b->index, &key);
 	if (cache_disk_write(c->disk, &key, b->data, b->len, b) != 0)
 		cache_block_put(c, b); /* not queued: no callback will come */
@@ -259,6 +276,7 @@ uint64_t cache_tier_file_bytes(struct cache *c, struct cache_file *f, const bool
 	struct cache_meta_key key;
 	uint64_t i, bytes = 0;
 
+	MCFS_ASSERT_NOT_HELD(&c->lock);
 	for (i = 0; c->disk && in_ram && i < f->nblocks; i++) {
 		if (in_ram[i])
 			continue;
@@ -270,24 +288,32 @@ uint64_t cache_tier_file_bytes(struct cache *c, struct cache_file *f, const bool
 
 void cache_tier_stats(struct cache *c, struct cache_stats *out)
 {
-	struct cache_disk_stats ds;
-
-	if (!c->disk)
+	MCFS_ASSERT_NOT_HELD(&c->lock);
+	if (!c->disk) {
+		out->disk_state = 0;
+		out->disk_off_reason = (uint64_t)c->disk_off;
+		out->disk_off_errno = (uint64_t)c->disk_off_errno;
 		return;
-	cache_disk_get_stats(c->disk, &ds);
-	out->disk_state = ds.full ? 2 : 1;
-	out->disk_slots = ds.slots;
-	out->disk_slots_used = ds.slots_used;
-	out->disk_bytes_limit = ds.bytes_limit;
-	out->disk_bytes_used = ds.bytes_used;
-	out->disk_hits = ds.hits;
-	out->disk_misses = ds.misses;
-	out->disk_read_bytes = ds.read_bytes;
-	out->disk_writes = ds.writes;
-	out->disk_written_bytes = ds.written_bytes;
-	out->disk_write_drops = ds.write_drops;
-	out->disk_csum_errors = ds.csum_errors;
-	out->disk_io_errors = ds.io_errors;
-	out->disk_evictions = ds.evictions;
-	out->disk_queued = ds.queued;
+	}
+	cache_disk_get_stats(c->disk, &out->disk);
+	out->disk_state = out->disk.full ? 2 : 1;
+}
+
+const char *cache_disk_off_text(int reason)
+{
+	switch (reason) {
+	case CACHE_DISK_OFF_NONE:
+		return "on";
+	case CACHE_DISK_OFF_NO_DIR:
+		return "no cache_dir set";
+	case CACHE_DISK_OFF_DIR:
+		return "cache_dir (or the store's directory in it) could not be made or used";
+	case CACHE_DISK_OFF_LOCKED:
+		return "cache_dir in use by another mcfs daemon of this store";
+	case CACHE_DISK_OFF_META:
+		return "its metadata store (LMDB) would not open";
+	case CACHE_DISK_OFF_DISK:
+		return "its block file would not open (metadata is still kept)";
+	}
+	return "for a reason this mcfs does not know";
 }

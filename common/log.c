@@ -4,7 +4,9 @@
  * Each line is formatted into a local buffer and written with one write(2),
  * so lines from concurrent threads never interleave. The level and the sink
  * are relaxed atomics: a daemon switches to syslog once its mount is ready,
- * while its threads already log.
+ * while its threads already log. Every line goes through mcfs_escape(): a
+ * control byte in a file name or a config value can neither forge a second
+ * line nor reach the terminal.
  */
 #define _GNU_SOURCE
 #include "mcfs.h"
@@ -37,24 +39,26 @@ void mcfs_log(int level, const char *fmt, ...)
 {
 	static const char *const names[] = {"error", "warning", "info", "debug"};
 	static const int prio[] = {LOG_ERR, LOG_WARNING, LOG_INFO, LOG_DEBUG};
-	char line[2048];
+	char msg[2048], line[2048];
 	va_list ap;
-	int n;
+	int n, m;
 
 	if (level > mcfs_log_level() || level < 0)
 		return;
 	va_start(ap, fmt);
+	m = vsnprintf(msg, sizeof(msg), fmt, ap);
+	va_end(ap);
+	if (m < 0)
+		return;
+	m = MCFS_MIN(m, (int)sizeof(msg) - 1);
+	/* names from stores and config files may hold control bytes: one line, printable */
 	if (atomic_load_explicit(&log_syslog, memory_order_relaxed)) {
-		vsnprintf(line, sizeof(line), fmt, ap);
-		va_end(ap);
-		syslog(prio[level], "%s", line);
+		syslog(prio[level], "%s", mcfs_escape(msg, (size_t)m, line, sizeof(line)));
 		return;
 	}
 	n = snprintf(line, sizeof(line), "mcfs: %s: ", names[level]);
-	n += vsnprintf(line + n, sizeof(line) - (size_t)n - 1, fmt, ap);
-	va_end(ap);
-	if (n > (int)sizeof(line) - 2)
-		n = (int)sizeof(line) - 2;
+	mcfs_escape(msg, (size_t)m, line + n, sizeof(line) - (size_t)n - 1);
+	n += (int)strlen(line + n);
 	line[n++] = '\n';
 	if (write(STDERR_FILENO, line, (size_t)n) < 0)
 		return; /* nowhere left to report it */
@@ -80,21 +84,4 @@ void mcfs_url_redact(const char *url, char *out, unsigned long outlen)
 		return;
 	}
 	snprintf(out, outlen, "%.*s%s", (int)(host - url), url, at + 1);
-}
-
-const char *mcfs_fmt_bytes(unsigned long long bytes, char *buf, unsigned long len)
-{
-	static const char *const units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
-	double v = (double)bytes;
-	unsigned u = 0;
-
-	while (v >= 1024.0 && u + 1 < MCFS_ARRAY_SIZE(units)) {
-		v /= 1024.0;
-		u++;
-	}
-	if (u == 0)
-		snprintf(buf, len, "%llu B", bytes);
-	else
-		snprintf(buf, len, "%.1f %s", v, units[u]);
-	return buf;
 }

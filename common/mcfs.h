@@ -12,6 +12,7 @@
 
 #include <stdarg.h>
 #include <stdbool.h>
+#include <stddef.h>
 
 #define MCFS_VERSION "0.1.0"
 
@@ -70,7 +71,31 @@ unsigned long long mcfs_now_ns(void);
  */
 void mcfs_url_redact(const char *url, char *out, unsigned long outlen);
 
-/* "12.5 MiB"-style rendering of a byte count into buf; returns buf. */
+/*
+ * Text (common/text.c). Every size and rate mcfs prints is in binary units,
+ * the ones the config parser reads (1M = 1 MiB).
+ */
+
+/* "12.5 MiB"-style rendering of a byte count into buf; returns buf. Can't fail. */
 const char *mcfs_fmt_bytes(unsigned long long bytes, char *buf, unsigned long len);
+
+/* "151.3 MiB/s"-style rendering of a rate into buf; returns buf. Can't fail. */
+const char *mcfs_fmt_rate(double bytes_per_s, char *buf, unsigned long len);
+
+/*
+ * Copies @inlen bytes of @in (NULs included) into @out as one printable line:
+ * control bytes, DEL, C1 controls and bytes that are not UTF-8 become \n, \t,
+ * \r or \xNN; UTF-8 text passes. Output longer than @outlen is cut between
+ * characters and ends in "...". Use it wherever a message quotes what a user
+ * or a store gave. Returns out. Can't fail.
+ */
+const char *mcfs_escape(const char *in, size_t inlen, char *out, size_t outlen);
+
+/*
+ * The one of @names (@n of them) that @word most likely is a typo of: at most
+ * 2 edits away (insert, delete, replace a byte), the first of the nearest.
+ * NULL if none is that near. Borrowed: returns an element of @names.
+ */
+const char *mcfs_nearest(const char *word, const char *const *names, size_t n);
 
 #endif

@@ -47,6 +47,13 @@ static int check_addressing(const char *v)
 	return strcmp(v, "path") == 0 || strcmp(v, "virtual") == 0 ? 0 : -EINVAL;
 }
 
+static int check_symlinks(const char *v)
+{
+	return strcmp(v, "contained") == 0 || strcmp(v, "any") == 0 || strcmp(v, "none") == 0
+		   ? 0
+		   : -EINVAL;
+}
+
 static int check_disk_cache(const char *v)
 {
 	uint64_t bytes;
@@ -63,6 +70,18 @@ static int check_disk_cache(const char *v)
 		return 0;
 	}
 	return cfg_parse_size(v, &bytes);
+}
+
+static int check_io_uring(const char *v)
+{
+	if (strcmp(v, "auto") == 0 || strcmp(v, "on") == 0 || strcmp(v, "off") == 0)
+		return 0;
+	return -EINVAL;
+}
+
+static int check_passthrough(const char *v)
+{
+	return strcmp(v, "auto") == 0 || strcmp(v, "off") == 0 ? 0 : -EINVAL;
 }
 
 static int check_hostport(const char *v)
@@ -105,6 +124,15 @@ static const struct key keys[] = {
     {"keep_cache", KEY_BOOL, F(keep_cache), 0, 0, NULL,
      "true or false; keep page cache across opens of unchanged files"},
     {"max_threads", KEY_UINT, F(max_threads), 1, 1024, NULL, "1 to 1024; FUSE worker threads"},
+    {"max_request", KEY_SIZE, F(max_request), 0, 64 * MiB, NULL,
+     "0 (= block_size) or 128K to 64M in whole 4K pages; largest FUSE request asked for (over "
+     "1M: libfuse 3.17.2 and fs.fuse.max_pages_limit)"},
+    {"io_uring", KEY_STR, F(io_uring), 0, 0, check_io_uring,
+     "auto, on or off; FUSE over io_uring (libfuse 3.18; auto = when the kernel's "
+     "enable_uring is Y)"},
+    {"passthrough", KEY_STR, F(passthrough), 0, 0, check_passthrough,
+     "auto or off; FUSE passthrough: the kernel reads complete files from their backing "
+     "file in cache_dir (libfuse 3.17, root; auto = when all of it is there)"},
     {"allow_other", KEY_BOOL, F(allow_other), 0, 0, NULL,
      "true or false; let other users (pods) read the mount"},
     {"endpoint", KEY_STR, F(endpoint), 0, 0, NULL, "an http(s) URL of an S3-compatible service"},
@@ -119,13 +147,19 @@ static const struct key keys[] = {
     {"ca_file", KEY_STR, F(ca_file), 0, 0, NULL, "a PEM CA bundle path"},
     {"connect_timeout", KEY_DOUBLE, F(connect_timeout), 0.1, 3600, NULL, "seconds, 0.1 to 3600"},
     {"timeout", KEY_DOUBLE, F(timeout), 0.1, 3600, NULL,
-     "seconds, 0.1 to 3600; a stalled transfer is retried after this"},
+     "seconds, 0.1 to 3600; a transfer that gets no byte for this long is retried"},
+    {"stall_timeout", KEY_DOUBLE, F(stall_timeout), 0, 3600, NULL,
+     "seconds, 0 to 3600 (0 = off); an answer that stops mid-way for this long is retried "
+     "on a new connection"},
     {"retries", KEY_UINT, F(retries), 0, 100, NULL, "0 to 100; retries of a failed fetch"},
     {"manifest", KEY_STR, F(manifest), 0, 0, NULL,
      "a file name; the JSON listing at an http store's base"},
+    {"symlinks", KEY_STR, F(symlinks), 0, 0, check_symlinks,
+     "contained, any or none; which store symlinks are shown (contained: those whose "
+     "target stays inside the store)"},
     {"cache_dir", KEY_STR, F(cache_dir), 0, 0, NULL,
      "a directory for the disk tier and metadata, one subdirectory per store "
-     "(default /var/cache/mcfs; empty = RAM only)"},
+     "(empty = RAM only)"},
     {"disk_cache", KEY_STR, F(disk_cache), 0, 0, check_disk_cache,
      "a size (e.g. 100G) or a share of the cache filesystem (e.g. 50%)"},
     {"offline", KEY_BOOL, F(offline), 0, 0, NULL,
@@ -134,6 +168,8 @@ static const struct key keys[] = {
      "host:port for Prometheus metrics, e.g. 127.0.0.1:9464 (empty = off)"},
     {"log_level", KEY_LEVEL, F(log_level), 0, 0, NULL, "error, warning, info or debug"},
 };
+
+_Static_assert(MCFS_ARRAY_SIZE(keys) <= CFG_KEYS_MAX, "struct cfg's raw[] needs a row per key");
 
 /* Mount options that mount(8) and fstab pass through; they mean nothing here. */
 static const char *const ignored_opts[] = {
@@ -180,13 +216,21 @@ void cfg_init(struct cfg *c)
 	c->odirect = true;
 	c->keep_cache = true;
 	c->max_threads = 16;
+	c->max_request = 0; /* the block: one FUSE READ answers from one block */
+	snprintf(c->io_uring, sizeof(c->io_uring), "auto");
+	snprintf(c->passthrough, sizeof(c->passthrough), "auto");
 	c->tls_verify = true;
 	snprintf(c->region, sizeof(c->region), "us-east-1");
 	snprintf(c->addressing, sizeof(c->addressing), "path");
 	c->connect_timeout = 10;
 	c->timeout = 30;
+	/* A healthy answer never pauses this long mid-way (an 8 MiB block takes well
+	 * under a second on a LAN); a stalled connection is cut and the block is
+	 * fetched again on a new one, not waited on for the whole timeout. */
+	c->stall_timeout = 5;
 	c->retries = 5;
 	snprintf(c->manifest, sizeof(c->manifest), ".mcfs-manifest.json");
+	snprintf(c->symlinks, sizeof(c->symlinks), "contained");	 /* issue 16 */
 	snprintf(c->cache_dir, sizeof(c->cache_dir), "/var/cache/mcfs"); /* issue 5 */
 	snprintf(c->disk_cache, sizeof(c->disk_cache), "50%%");
 	c->log_level = MCFS_LOG_INFO;
@@ -227,6 +271,30 @@ int cfg_parse_size(const char *s, uint64_t *out)
 		}
 	}
 	return -EINVAL;
+}
+
+const char *cfg_fmt_size(uint64_t bytes, char *buf, size_t len)
+{
+	static const struct {
+		char suffix;
+		uint64_t mult;
+	} units[] = {{'T', GiB * KiB}, {'G', GiB}, {'M', MiB}, {'K', KiB}};
+	size_t i;
+
+	for (i = 0; bytes != 0 && i < MCFS_ARRAY_SIZE(units); i++) {
+		if (bytes % units[i].mult == 0) {
+			snprintf(buf, len, "%" PRIu64 "%c", bytes / units[i].mult, units[i].suffix);
+			return buf;
+		}
+	}
+	snprintf(buf, len, "%" PRIu64, bytes);
+	return buf;
+}
+
+/* @s escaped into @buf for a message (it came from a user). Returns buf. */
+static const char *esc(const char *s, char *buf, size_t len)
+{
+	return mcfs_escape(s, strlen(s), buf, len);
 }
 
 static int parse_bool(const char *v, bool *out)
@@ -272,44 +340,15 @@ static const struct key *find_key(const char *name)
 	return NULL;
 }
 
-/* Edit distance of two short names (capped: names longer than 31 never match). */
-static unsigned distance(const char *a, const char *b)
-{
-	unsigned row[32], i, j, prev, tmp;
-	size_t la = strlen(a), lb = strlen(b);
-
-	if (la >= MCFS_ARRAY_SIZE(row) || lb >= MCFS_ARRAY_SIZE(row))
-		return ~0u;
-	for (j = 0; j <= lb; j++)
-		row[j] = j;
-	for (i = 1; i <= la; i++) {
-		prev = row[0];
-		row[0] = i;
-		for (j = 1; j <= lb; j++) {
-			tmp = row[j];
-			row[j] = MCFS_MIN(MCFS_MIN(row[j] + 1, row[j - 1] + 1),
-					  prev + (a[i - 1] != b[j - 1]));
-			prev = tmp;
-		}
-	}
-	return row[lb];
-}
-
-/* The key a typo most likely meant (at most 2 edits away), or NULL. */
+/* The key a typo most likely meant (common/text.c's rule: at most 2 edits away), or NULL. */
 static const char *nearest_key(const char *name)
 {
-	unsigned best = 3, d;
-	const char *hit = NULL;
+	const char *names[MCFS_ARRAY_SIZE(keys)];
 	size_t i;
 
-	for (i = 0; i < MCFS_ARRAY_SIZE(keys); i++) {
-		d = distance(name, keys[i].name);
-		if (d < best) {
-			best = d;
-			hit = keys[i].name;
-		}
-	}
-	return hit;
+	for (i = 0; i < MCFS_ARRAY_SIZE(keys); i++)
+		names[i] = keys[i].name;
+	return mcfs_nearest(name, names, MCFS_ARRAY_SIZE(keys));
 }
 
 static int parse_number(const struct key *k, const char *v, double *out)
@@ -376,6 +415,7 @@ static int store(struct cfg *c, const struct key *k, const char *v)
 
 int cfg_set(struct cfg *c, const char *key, const char *value, char *err, size_t errlen)
 {
+	char ek[96], ev[160];
 	const struct key *k;
 	size_t i;
 
@@ -386,15 +426,16 @@ int cfg_set(struct cfg *c, const char *key, const char *value, char *err, size_t
 	if (!k) {
 		const char *near = nearest_key(key);
 
+		esc(key, ek, sizeof(ek));
 		if (near)
 			snprintf(
 			    err, errlen,
 			    "unknown option '%s': did you mean '%s'? (`mcfs help-config` lists "
 			    "the keys)",
-			    key, near);
+			    ek, near);
 		else
 			snprintf(err, errlen,
-				 "unknown option '%s' (`mcfs help-config` lists the keys)", key);
+				 "unknown option '%s' (`mcfs help-config` lists the keys)", ek);
 		return -EINVAL;
 	}
 	if (!value)
@@ -404,9 +445,11 @@ int cfg_set(struct cfg *c, const char *key, const char *value, char *err, size_t
 		bool secret = strcmp(key, "secret_key") == 0 || strcmp(key, "session_token") == 0;
 
 		snprintf(err, errlen, "bad value for %s: '%s' (allowed: %s)", key,
-			 secret ? "<hidden>" : value, k->allowed);
+			 secret ? "<hidden>" : esc(value, ev, sizeof(ev)), k->allowed);
 		return -EINVAL;
 	}
+	if (k->type != KEY_STR)
+		esc(value, c->raw[k - keys], sizeof(c->raw[0]));
 	return 0;
 }
 
@@ -449,7 +492,10 @@ static int on_ini_line(void *user, const char *section, const char *name, const 
 	if (ctx->rc < 0)
 		return 0;
 	if (section[0] != '\0' && strcmp(section, "mcfs") != 0) {
-		snprintf(ctx->err, ctx->errlen, "unknown section [%s] (allowed: [mcfs])", section);
+		char es[96];
+
+		snprintf(ctx->err, ctx->errlen, "unknown section [%s] (allowed: [mcfs])",
+			 esc(section, es, sizeof(es)));
 		ctx->rc = -EINVAL;
 		return 0;
 	}
@@ -460,64 +506,189 @@ static int on_ini_line(void *user, const char *section, const char *name, const 
 	return 1;
 }
 
+/* A config file is a few hundred bytes: anything this large is the wrong file. */
+#define FILE_MAX (1024 * 1024)
+
+/*
+ * Reads the whole of @fp into a new NUL-terminated buffer (caller frees with
+ * free()); *len is the byte count, NULs included. Returns 0 or -errno.
+ */
+static int read_all(FILE *fp, char **out, size_t *len)
+{
+	size_t n = 0, cap = 4096;
+	char *buf = malloc(cap), *p;
+
+	if (!buf)
+		return -ENOMEM;
+	for (;;) {
+		n += fread(buf + n, 1, cap - n - 1, fp);
+		if (ferror(fp)) {
+			free(buf);
+			return -EIO;
+		}
+		if (feof(fp))
+			break;
+		if (cap > FILE_MAX) {
+			free(buf);
+			return -EFBIG;
+		}
+		p = realloc(buf, cap * 2);
+		if (!p) {
+			free(buf);
+			return -ENOMEM;
+		}
+		buf = p;
+		cap *= 2;
+	}
+	buf[n] = '\0';
+	*out = buf;
+	*len = n;
+	return 0;
+}
+
+/*
+ * libinih reads lines as C strings: a NUL would end the value there and drop
+ * the rest of the line unseen. Refuses the first NUL, naming its line and, if
+ * it is in a value, the key. Returns 0 or -EINVAL with the message.
+ */
+static int refuse_nul(const char *path, const char *buf, size_t len, char *err, size_t errlen)
+{
+	const char *nul = memchr(buf, '\0', len), *bol = buf, *p, *delim = NULL;
+	char ep[160], ek[96], key[96];
+	size_t klen;
+	int line = 1;
+
+	if (!nul)
+		return 0;
+	for (p = buf; p < nul; p++) {
+		if (*p == '\n') {
+			line++;
+			bol = p + 1;
+		}
+	}
+	/* the key: what precedes '=' (or ':', which libinih also takes), trimmed */
+	for (p = bol; p < nul && !delim; p++)
+		if (*p == '=' || *p == ':')
+			delim = p;
+	esc(path, ep, sizeof(ep));
+	if (!delim) {
+		snprintf(
+		    err, errlen,
+		    "%s:%d: a NUL byte (a binary file, or UTF-16? a config file is UTF-8 text)", ep,
+		    line);
+		return -EINVAL;
+	}
+	for (p = bol; p < delim && (*p == ' ' || *p == '\t'); p++)
+		;
+	for (klen = (size_t)(delim - p); klen > 0 && (p[klen - 1] == ' ' || p[klen - 1] == '\t');)
+		klen--;
+	snprintf(key, sizeof(key), "%.*s", (int)MCFS_MIN(klen, sizeof(key) - 1), p);
+	snprintf(err, errlen,
+		 "%s:%d: the value of %s holds a NUL byte (a binary file, or UTF-16? a config "
+		 "file is UTF-8 text)",
+		 ep, line, esc(key, ek, sizeof(ek)));
+	return -EINVAL;
+}
+
 int cfg_load_file(struct cfg *c, const char *path, char *err, size_t errlen)
 {
 	struct ini_ctx ctx = {.c = c, .err = err, .errlen = errlen, .path = path, .rc = 0};
+	char ep[160], *text;
 	struct stat st;
+	size_t len;
 	FILE *fp;
-	int line;
+	int line, rc;
 
+	esc(path, ep, sizeof(ep));
 	fp = fopen(path, "r");
 	if (!fp) {
 		int e = errno;
 
-		snprintf(err, errlen, "cannot read config file %s: %s", path, strerror(e));
+		snprintf(err, errlen, "cannot read config file %s: %s", ep, strerror(e));
 		return -e;
 	}
 	if (fstat(fileno(fp), &st) == 0 && !S_ISREG(st.st_mode)) {
-		snprintf(err, errlen, "config file %s is not a regular file", path);
+		snprintf(err, errlen, "config file %s is not a regular file", ep);
 		fclose(fp);
 		return -EINVAL;
 	}
-	line = ini_parse_file(fp, on_ini_line, &ctx);
+	rc = read_all(fp, &text, &len);
 	fclose(fp);
+	if (rc == -EFBIG) {
+		snprintf(err, errlen, "config file %s is larger than 1 MiB: is it the right file?",
+			 ep);
+		return -EINVAL;
+	}
+	if (rc < 0) {
+		snprintf(err, errlen, "cannot read config file %s: %s", ep, strerror(-rc));
+		return rc;
+	}
+	rc = refuse_nul(ep, text, len, err, errlen);
+	if (rc < 0) {
+		free(text);
+		return rc;
+	}
+	line = ini_parse_string(text, on_ini_line, &ctx);
+	free(text);
 	if (ctx.rc < 0) {
 		char msg[CFG_ERR_MAX];
 
 		snprintf(msg, sizeof(msg), "%s", err);
-		snprintf(err, errlen, "%s:%d: %s", path, line, msg);
+		snprintf(err, errlen, "%s:%d: %s", ep, line, msg);
 		return ctx.rc;
 	}
 	if (line != 0) {
-		snprintf(err, errlen, "%s:%d: syntax error (expected key = value)", path, line);
+		snprintf(err, errlen, "%s:%d: syntax error (expected key = value)", ep, line);
 		return -EINVAL;
 	}
 	return 0;
 }
 
+/* A size for a message: as the user typed it, or (a default) as they would type it. */
+static const char *shown(const struct cfg *c, const char *key, uint64_t v, char *buf, size_t len)
+{
+	const struct key *k = find_key(key);
+	char typed[CFG_RAW_MAX];
+
+	if (k && c->raw[k - keys][0] != '\0')
+		snprintf(typed, sizeof(typed), "%s", c->raw[k - keys]);
+	else
+		cfg_fmt_size(v, typed, sizeof(typed));
+	snprintf(buf, len, "'%s'", typed);
+	return buf;
+}
+
 int cfg_validate(const struct cfg *c, char *err, size_t errlen)
 {
-	char buf[32];
+	char a[CFG_RAW_MAX + 2], b[32], d[32];
 
 	if ((c->block_size & (c->block_size - 1)) != 0) {
 		snprintf(err, errlen,
-			 "bad value for block_size: %" PRIu64
-			 " (allowed: a power of two from 1M to 64M)",
-			 c->block_size);
+			 "bad value for block_size: %s (allowed: a power of two from 1M to 64M)",
+			 shown(c, "block_size", c->block_size, a, sizeof(a)));
 		return -EINVAL;
 	}
 	if (c->ram_cache < 4 * c->block_size) {
 		snprintf(err, errlen,
-			 "bad value for ram_cache: %s (allowed: at least 4 blocks of block_size, "
-			 "here %" PRIu64 " bytes)",
-			 mcfs_fmt_bytes(c->ram_cache, buf, sizeof(buf)), 4 * c->block_size);
+			 "bad value for ram_cache: %s (allowed: at least 4 blocks of block_size "
+			 "%s, so %s or more)",
+			 shown(c, "ram_cache", c->ram_cache, a, sizeof(a)),
+			 cfg_fmt_size(c->block_size, b, sizeof(b)),
+			 cfg_fmt_size(4 * c->block_size, d, sizeof(d)));
 		return -EINVAL;
 	}
 	if (c->readahead_max != 0 && c->readahead_max < c->block_size) {
 		snprintf(err, errlen,
-			 "bad value for readahead_max: %" PRIu64
-			 " (allowed: 0 or at least block_size, %" PRIu64 ")",
-			 c->readahead_max, c->block_size);
+			 "bad value for readahead_max: %s (allowed: 0, or at least block_size, %s)",
+			 shown(c, "readahead_max", c->readahead_max, a, sizeof(a)),
+			 cfg_fmt_size(c->block_size, b, sizeof(b)));
+		return -EINVAL;
+	}
+	if (c->max_request != 0 && (c->max_request < 128 * KiB || c->max_request % (4 * KiB))) {
+		snprintf(err, errlen,
+			 "bad value for max_request: %" PRIu64
+			 " (allowed: 0 or 128K to 64M in whole 4K pages)",
+			 c->max_request);
 		return -EINVAL;
 	}
 	if ((c->access_key[0] != '\0') != (c->secret_key[0] != '\0')) {
@@ -527,10 +698,55 @@ int cfg_validate(const struct cfg *c, char *err, size_t errlen)
 	return 0;
 }
 
+/* The value of key @k in @c, written as it would be typed. */
+static const char *render(const struct cfg *c, const struct key *k, char *buf, size_t len)
+{
+	static const char *const levels[] = {"error", "warning", "info", "debug"};
+	const char *field = (const char *)c + k->off;
+	uint64_t bytes;
+	unsigned u;
+	double d;
+	bool b;
+	int lvl;
+
+	switch (k->type) {
+	case KEY_SIZE:
+		memcpy(&bytes, field, sizeof(bytes));
+		return cfg_fmt_size(bytes, buf, len);
+	case KEY_UINT:
+		memcpy(&u, field, sizeof(u));
+		snprintf(buf, len, "%u", u);
+		return buf;
+	case KEY_DOUBLE:
+		memcpy(&d, field, sizeof(d));
+		snprintf(buf, len, "%g", d);
+		return buf;
+	case KEY_BOOL:
+		memcpy(&b, field, sizeof(b));
+		return b ? "true" : "false";
+	case KEY_STR:
+		return field[0] ? field : "(empty)";
+	case KEY_LEVEL:
+		memcpy(&lvl, field, sizeof(lvl));
+		return lvl >= 0 && lvl < (int)MCFS_ARRAY_SIZE(levels) ? levels[lvl] : "?";
+	}
+	return "?";
+}
+
 void cfg_print_keys(void *fp)
 {
+	char buf[CFG_STR_MAX];
+	int width = 7; /* "default" */
+	struct cfg d;
 	size_t i;
 
+	cfg_init(&d);
 	for (i = 0; i < MCFS_ARRAY_SIZE(keys); i++)
-		fprintf(fp, "  %-16s %s\n", keys[i].name, keys[i].allowed);
+		width = MCFS_MAX(width, (int)strlen(render(&d, &keys[i], buf, sizeof(buf))));
+	fprintf(fp, "Sizes take K, M, G or T: binary units (1M = 1 MiB = 1048576 bytes).\n"
+		    "Times are in seconds.\n\n");
+	fprintf(fp, "  %-16s %-*s %s\n", "key", width, "default", "allowed; what it does");
+	for (i = 0; i < MCFS_ARRAY_SIZE(keys); i++)
+		fprintf(fp, "  %-16s %-*s %s\n", keys[i].name, width,
+			render(&d, &keys[i], buf, sizeof(buf)), keys[i].allowed);
 }

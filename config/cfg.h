@@ -21,6 +21,8 @@
 
 #define CFG_STR_MAX 1024
 #define CFG_ERR_MAX 512
+#define CFG_KEYS_MAX 48 /* keys in cfg.c's table, at most (checked there) */
+#define CFG_RAW_MAX 32	/* bytes kept of the text a value was typed as */
 
 struct cfg {
 	/* Set from the command line, not keys. */
@@ -48,6 +50,9 @@ struct cfg {
 	bool splice;		/* splice replies into /dev/fuse */
 	bool keep_cache;	/* FOPEN_KEEP_CACHE for files unchanged since last open */
 	unsigned max_threads;	/* FUSE worker threads */
+	uint64_t max_request;	/* bytes, largest FUSE request to ask for; 0 = block_size */
+	char io_uring[8];	/* "auto", "on" or "off": FUSE over io_uring */
+	char passthrough[8];	/* "auto" or "off": FUSE passthrough of complete files */
 	bool allow_other;	/* let other users see the mount */
 
 	/* Remote stores (cache/remote). */
@@ -63,8 +68,10 @@ struct cfg {
 	char ca_file[CFG_STR_MAX];  /* extra CA bundle; empty = system */
 	double connect_timeout;	    /* seconds */
 	double timeout;		    /* seconds without progress before a transfer is retried */
+	double stall_timeout;	    /* seconds without a byte, once an answer began; 0 = off */
 	unsigned retries;	    /* attempts after the first, on retryable errors */
 	char manifest[256];	    /* http: manifest file name at the base URL */
+	char symlinks[16];	    /* "contained", "any" or "none": store symlinks shown */
 
 	/* Disk tier and persistent metadata (cache/disk, cache/meta). */
 	char cache_dir[CFG_STR_MAX]; /* default /var/cache/mcfs; empty = no disk tier */
@@ -74,6 +81,14 @@ struct cfg {
 	/* Operations. */
 	char metrics[128]; /* host:port for Prometheus text; empty = off */
 	int log_level;	   /* MCFS_LOG_* */
+
+	/*
+	 * What the user typed for each number, size, bool or level key (-o or
+	 * the file, the one in force), escaped and cut to fit, so that a message
+	 * about a value shows "3M" and not 3145728. "" = the default. Indexed
+	 * like cfg.c's key table; strings (secrets among them) are not kept.
+	 */
+	char raw[CFG_KEYS_MAX][CFG_RAW_MAX];
 };
 
 /* Fills @c with the defaults. Can't fail. */
@@ -96,6 +111,8 @@ MCFS_MUST_CHECK int cfg_set_opts(struct cfg *c, const char *opts, char *err, siz
 /*
  * Applies an INI file: keys at top level or in [mcfs]. Returns 0, -ENOENT (or
  * another errno) if the file can't be read, or -EINVAL naming file, line, key.
+ * A NUL byte anywhere is refused (-EINVAL, naming the line and the key whose
+ * value holds it): the parser would end the value there and drop the rest.
  */
 MCFS_MUST_CHECK int cfg_load_file(struct cfg *c, const char *path, char *err, size_t errlen);
 
@@ -108,7 +125,13 @@ MCFS_MUST_CHECK int cfg_validate(const struct cfg *c, char *err, size_t errlen);
  */
 MCFS_MUST_CHECK int cfg_parse_size(const char *s, uint64_t *out);
 
-/* Writes every key with its default and help to @fp (for docs and --help). */
+/*
+ * Writes @bytes the way a user would type it: "8M", "2G", "1536K", "100" (the
+ * largest binary unit that divides it exactly). Returns buf. Can't fail.
+ */
+const char *cfg_fmt_size(uint64_t bytes, char *buf, size_t len);
+
+/* Writes every key with its default and what it allows to @fp (`mcfs help-config`). */
 void cfg_print_keys(void *fp);
 
 #endif

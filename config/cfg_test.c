@@ -65,10 +65,15 @@ static void test_defaults(void)
 	CHECK(c.odirect == true, "odirect");
 	CHECK(c.allow_other == false, "allow_other");
 	CHECK(c.max_threads == 16, "max_threads %u", c.max_threads);
+	CHECK(c.max_request == 0, "max_request %" PRIu64, c.max_request);
+	CHECK(strcmp(c.io_uring, "auto") == 0, "io_uring '%s'", c.io_uring);
 	CHECK(c.log_level == MCFS_LOG_INFO, "log_level %d", c.log_level);
 	CHECK(c.tls_verify == true, "tls_verify");
 	CHECK(strcmp(c.region, "us-east-1") == 0, "region '%s'", c.region);
 	CHECK(strcmp(c.addressing, "path") == 0, "addressing '%s'", c.addressing);
+	CHECK(strcmp(c.symlinks, "contained") == 0, "symlinks '%s'", c.symlinks);
+	CHECK(c.timeout == 30 && c.stall_timeout == 5, "timeout %g stall_timeout %g", c.timeout,
+	      c.stall_timeout);
 	CHECK(strcmp(c.cache_dir, "/var/cache/mcfs") == 0, "cache_dir '%s'", c.cache_dir);
 	CHECK(c.metrics[0] == '\0', "metrics '%s'", c.metrics);
 	CHECK(c.source[0] == '\0' && c.mountpoint[0] == '\0', "source/mountpoint not empty");
@@ -125,6 +130,36 @@ static void test_sizes(void)
 		CHECK(v == 12345, "'%s' wrote the output on failure", bad[i]);
 	}
 	CHECK(cfg_parse_size(NULL, &v) == -EINVAL, "NULL accepted");
+}
+
+static void test_fmt_size(void)
+{
+	static const struct {
+		uint64_t v;
+		const char *s;
+	} cases[] = {
+	    {0, "0"},
+	    {100, "100"},
+	    {KiB, "1K"},
+	    {1536 * KiB, "1536K"},
+	    {8 * MiB, "8M"},
+	    {3 * MiB, "3M"},
+	    {2 * GiB, "2G"},
+	    {1024 * GiB, "1T"},
+	    {MiB + 1, "1048577"},
+	};
+	char buf[32];
+	uint64_t back;
+	size_t i;
+
+	for (i = 0; i < MCFS_ARRAY_SIZE(cases); i++) {
+		cfg_fmt_size(cases[i].v, buf, sizeof(buf));
+		CHECK(strcmp(buf, cases[i].s) == 0, "%" PRIu64 " -> '%s' (want '%s')", cases[i].v,
+		      buf, cases[i].s);
+		/* what is shown can be typed back */
+		CHECK(cfg_parse_size(buf, &back) == 0 && back == cases[i].v, "'%s' reads back",
+		      buf);
+	}
 }
 
 /* ---- cfg_set: values, bounds, messages ----------------------------------- */
@@ -199,6 +234,21 @@ static void test_values(void)
 
 	/* ram_cache: at least 4 blocks */
 	expect_ok("ram_cache", "32M");
+	/* messages echo what was typed, and derived sizes in the same units (issue 16) */
+	{
+		char err[CFG_ERR_MAX];
+
+		CHECK(set_validate("block_size", "3M", err, sizeof(err)) == -EINVAL, "3M");
+		CHECK_MSG("block_size=3M", err, "'3M'");
+		CHECK(!strstr(err, "3145728"), "block_size=3M shown in bytes: %s", err);
+		CHECK(set_validate("block_size", "3145728", err, sizeof(err)) == -EINVAL, "bytes");
+		CHECK_MSG("block_size=3145728", err, "'3145728'");
+		CHECK(set_validate("ram_cache", "4M", err, sizeof(err)) == -EINVAL, "4M");
+		CHECK_MSG("ram_cache=4M", err, "'4M'", "block_size 8M", "32M or more");
+		CHECK(!strstr(err, "33554432") && !strstr(err, "4.0 MiB"), "ram_cache=4M: %s", err);
+		CHECK(set_validate("readahead_max", "1m", err, sizeof(err)) == -EINVAL, "1m");
+		CHECK_MSG("readahead_max=1m", err, "'1m'", "8M");
+	}
 	expect_ok("ram_cache", "1G");
 	expect_bad_shown("ram_cache", "16M", "16", "4 blocks");
 	expect_bad("ram_cache", "lots", "4 blocks");
@@ -227,6 +277,27 @@ static void test_values(void)
 	expect_ok("negative_ttl", "0");
 	expect_bad("negative_ttl", "-0.1", "seconds");
 
+	expect_ok("max_request", "0");
+	expect_ok("max_request", "128K");
+	expect_ok("max_request", "8M");
+	expect_ok("max_request", "64M");
+	expect_ok("max_request", "1028K");
+	expect_bad("max_request", "65M", "128K to 64M");
+	expect_bad("max_request", "-1", "128K to 64M");
+	expect_bad("max_request", "big", "128K to 64M");
+	/* below 128K, and not whole pages: refused by cfg_validate, with the value in bytes */
+	expect_bad_shown("max_request", "64K", "65536", "128K to 64M");
+	expect_bad_shown("max_request", "1000000", "1000000", "whole 4K pages");
+
+	expect_ok("io_uring", "auto");
+	expect_ok("io_uring", "on");
+	expect_ok("io_uring", "off");
+	expect_bad("io_uring", "yes", "auto, on or off");
+	expect_bad("io_uring", "", "auto, on or off");
+	expect_ok("passthrough", "auto");
+	expect_ok("passthrough", "off");
+	expect_bad("passthrough", "on", "auto or off");
+
 	expect_ok("read_ahead_kb", "0");
 	expect_ok("read_ahead_kb", "1048576");
 	expect_bad("read_ahead_kb", "1048577", "1048576");
@@ -253,6 +324,14 @@ static void test_values(void)
 	expect_ok("addressing", "path");
 	expect_ok("addressing", "virtual");
 	expect_bad("addressing", "host", "path or virtual");
+
+	expect_ok("symlinks", "contained");
+	expect_ok("symlinks", "any");
+	expect_ok("symlinks", "none");
+	expect_bad("symlinks", "inside", "contained, any or none");
+	expect_ok("stall_timeout", "0");
+	expect_ok("stall_timeout", "2.5");
+	expect_bad("stall_timeout", "-1", "0 to 3600");
 
 	expect_ok("disk_cache", "100G");
 	expect_ok("disk_cache", "50%");
@@ -305,6 +384,7 @@ static void test_unchanged_on_error(void)
 	    {"block_size", "12X"}, {"ram_cache", "-5"},	  {"connections", "0"},
 	    {"attr_ttl", "x"},	   {"splice", "maybe"},	  {"log_level", "loud"},
 	    {"addressing", "x"},   {"metrics", "nohost"}, {"disk_cache", "200%"},
+	    {"symlinks", "some"},
 	};
 	char err[CFG_ERR_MAX];
 	struct cfg a, b;
@@ -647,6 +727,49 @@ static void test_file_bad(void)
 	CHECK(rc == -ENOENT, "missing file: rc %d", rc);
 	CHECK_MSG("missing file", err, missing);
 
+	/* a NUL in a value would end it there: refused, naming line and key (issue 16) */
+	{
+		static const char nul[] = "[mcfs]\nconnections = 4\nblock_size = 1M\0junk\n";
+		const char *p = write_file("nul", "");
+		FILE *fp = fopen(p, "w");
+		char where[4200];
+
+		fwrite(nul, 1, sizeof(nul) - 1, fp);
+		fclose(fp);
+		cfg_init(&c);
+		rc = cfg_load_file(&c, p, err, sizeof(err));
+		CHECK(rc == -EINVAL, "NUL in a value accepted (rc %d)", rc);
+		snprintf(where, sizeof(where), "%s:3:", p);
+		CHECK_MSG("NUL", err, where, "block_size", "NUL");
+		CHECK(c.block_size == 8 * MiB, "a value before the NUL was applied");
+		unlink(p);
+	}
+	/* binary garbage: the message quotes it escaped, never raw (issue 16) */
+	{
+		static const char junk[] = "block_size = 1M\n\x01\x02\xff\x1b[2J = \x1b[31mred\n";
+		const char *p = write_file("junk", junk);
+		size_t i;
+
+		cfg_init(&c);
+		rc = cfg_load_file(&c, p, err, sizeof(err));
+		CHECK(rc == -EINVAL, "garbage key accepted (rc %d)", rc);
+		CHECK_MSG("garbage", err, "unknown option", "\\x01\\x02\\xff\\x1b[2J");
+		for (i = 0; err[i]; i++)
+			CHECK((unsigned char)err[i] >= 0x20 && (unsigned char)err[i] < 0x7f,
+			      "byte 0x%02x at %zu of the message", (unsigned char)err[i], i);
+		unlink(p);
+		p = write_file("junk-section", "[\x1b[2Jpwned\x07]\nx = 1\n");
+		cfg_init(&c);
+		rc = cfg_load_file(&c, p, err, sizeof(err));
+		CHECK(rc == -EINVAL && strchr(err, '\x1b') == NULL && strchr(err, '\x07') == NULL,
+		      "section quoted raw: %s", err);
+		CHECK_MSG("junk section", err, "[\\x1b[2Jpwned\\x07]");
+		unlink(p);
+		cfg_init(&c);
+		rc = cfg_set(&c, "splice", "y\x1b[1mes", err, sizeof(err));
+		CHECK(rc == -EINVAL && strchr(err, '\x1b') == NULL, "value quoted raw: %s", err);
+	}
+
 	/* a directory is not a config file (fopen succeeds, reads fail with EISDIR) */
 	cfg_init(&c);
 	rc = cfg_load_file(&c, scratch, err, sizeof(err));
@@ -676,6 +799,33 @@ static void test_print_keys(void)
 	for (i = 0; i < MCFS_ARRAY_SIZE(names); i++)
 		CHECK(strstr(buf, names[i]) != NULL, "help does not list %s", names[i]);
 	CHECK(strstr(buf, "power of two") != NULL, "help lacks block_size's rule");
+	/* each key's default, as it would be typed (issue 16) */
+	{
+		static const char *const defaults[][2] = {
+		    {"block_size", "8M"},      {"ram_cache", "2G"},
+		    {"readahead_max", "512M"}, {"connections", "16"},
+		    {"attr_ttl", "3600"},      {"odirect", "true"},
+		    {"splice", "false"},       {"log_level", "info"},
+		    {"region", "us-east-1"},   {"cache_dir", "/var/cache/mcfs"},
+		    {"disk_cache", "50%"},     {"endpoint", "(empty)"},
+		};
+		char *line;
+		char want[64];
+
+		for (i = 0; i < MCFS_ARRAY_SIZE(defaults); i++) {
+			snprintf(want, sizeof(want), "  %s ", defaults[i][0]);
+			line = strstr(buf, want);
+			CHECK(line != NULL, "no line for %s", defaults[i][0]);
+			if (!line)
+				continue;
+			line += strlen(want);
+			line += strspn(line, " ");
+			CHECK(strncmp(line, defaults[i][1], strlen(defaults[i][1])) == 0 &&
+				  line[strlen(defaults[i][1])] == ' ',
+			      "%s: default shown as '%.20s', want '%s'", defaults[i][0], line,
+			      defaults[i][1]);
+		}
+	}
 	free(buf);
 }
 
@@ -691,6 +841,7 @@ int main(int argc, char **argv)
 	}
 	test_defaults();
 	test_sizes();
+	test_fmt_size();
 	test_values();
 	test_unchanged_on_error();
 	test_unknown_key();

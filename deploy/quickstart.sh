@@ -3,18 +3,58 @@
 #   ./deploy/quickstart.sh                      a demo store with a generated safetensors model
 #   ./deploy/quickstart.sh SOURCE [MOUNTPOINT]  any store: /dir, http(s)://..., s3://...
 # Run as root (or with sudo): it installs packages and mounts with FUSE.
+#
+# Environment:
+#   MCFS_DEMO_DIR  where the demo's store, mount point and cache go (and the mount
+#                  point when SOURCE comes without one); default: a new private
+#                  directory, mktemp -d /tmp/mcfs-demo.XXXXXX
+#   MCFS_BIN       an mcfs binary to use: then nothing is installed or built
+#
+# What it prints runs as printed, with what `install-deps.sh build` installs.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-./deploy/install-deps.sh build
-cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
-cmake --build build -j"$(nproc)" >/dev/null
-MCFS=$PWD/build/fs/mcfs
+repo=$PWD
 
-demo=/tmp/mcfs-demo
+if [ -n "${MCFS_BIN:-}" ]; then
+	MCFS=$MCFS_BIN
+else
+	./deploy/install-deps.sh build
+	cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+	cmake --build build -j"$(nproc)" >/dev/null
+	# Under /usr/local: mcfs in bin/, on the PATH of shells, of systemd (fstab)
+	# and of the /bin/sh that mount.fuse3 runs it with (`mount -t fuse.mcfs`),
+	# libmcfs, and the Python package where the system's python3 finds it.
+	cmake --install build --prefix /usr/local >/dev/null
+	ldconfig
+	MCFS=/usr/local/bin/mcfs
+fi
+
+# A fixed name under /tmp could be made in advance by another user (as a link to
+# somewhere root then writes): the default is a new directory only we can enter.
+if [ -n "${MCFS_DEMO_DIR:-}" ]; then
+	work=$MCFS_DEMO_DIR
+	mkdir -p "$work"
+	made_work=
+else
+	work=$(mktemp -d /tmp/mcfs-demo.XXXXXX)
+	made_work=1
+fi
+mounted=
+# a mount that failed leaves no directory of ours behind (mcfs said why)
+cleanup() {
+	if [ -n "$made_work" ] && [ -z "$mounted" ]; then
+		rm -rf --one-file-system -- "$work"
+	fi
+}
+trap cleanup EXIT
+
 src=${1:-}
-mnt=${2:-$demo/mnt}
+mnt=${2:-$work/mnt}
+opts=()
+demo=
 if [ -z "$src" ]; then
-	src=$demo/store
+	demo=1
+	src=$work/store
 	mkdir -p "$src/demo-model"
 	# A small model in the safetensors format, written with the standard library only.
 	python3 - "$src/demo-model/model.safetensors" <<'PY'
@@ -39,21 +79,48 @@ with open(path, "wb") as f:
     for b in blobs:
         f.write(b)
 PY
-	printf '{"model_type": "demo"}\n' > "$src/demo-model/config.json"
+	printf '{"model_type": "demo"}\n' >"$src/demo-model/config.json"
+	# the demo's blocks stay with the demo, not in the system's /var/cache/mcfs
+	mkdir -p "$work/cache"
+	opts=(-o "cache_dir=$work/cache")
 fi
 mkdir -p "$mnt"
 if mountpoint -q "$mnt"; then
 	"$MCFS" umount "$mnt"
 fi
-"$MCFS" mount "$src" "$mnt"
-cat <<TXT
+"$MCFS" mount "$src" "$mnt" "${opts[@]}"
+mounted=1
 
-mcfs is mounted: $src -> $mnt
-  ls -l $mnt                       browse the store (read-only)
-  cp $mnt/<file> /tmp/             read any file; blocks are cached in RAM and in
-                                   /var/cache/mcfs (kept across remounts)
-  getfattr -n user.mcfs.stats $mnt cache counters
-  python3 -c "from safetensors import safe_open; print(safe_open('$mnt/demo-model/model.safetensors', 'np').keys())"
-Unmount with:
-  $MCFS umount $mnt
-TXT
+# Paths go into the printed commands quoted for the shell.
+q() { printf '%q' "$1"; }
+cache=/var/cache/mcfs
+[ -n "$demo" ] && cache=$work/cache
+echo
+echo "mcfs is mounted: $src -> $mnt"
+echo
+echo "  # browse the store (read-only)"
+echo "  ls -lR $(q "$mnt")"
+echo "  # cache tiers and counters"
+echo "  $(q "$MCFS") status $(q "$mnt")"
+if [ -n "$demo" ]; then
+	model=$mnt/demo-model/model.safetensors
+	echo "  # read a file: its blocks are cached in RAM and in $cache (kept across remounts)"
+	echo "  cmp $(q "$src/demo-model/model.safetensors") $(q "$model")"
+	echo "  # the demo model's tensors, read through the mount by mcfs's Python client"
+	echo "  PYTHONPATH=$(q "$repo/gpu/python") python3 -c 'import mcfs, sys; [print(t.name, t.dtype, t.shape) for t in mcfs.read_header(sys.argv[1]).tensors]' $(q "$model")"
+	echo "  # unmount, and remove the demo's store and cache"
+	if [ -n "$made_work" ]; then
+		echo "  $(q "$MCFS") umount $(q "$mnt") && rm -rf $(q "$work")"
+	else
+		echo "  $(q "$MCFS") umount $(q "$mnt") && rm -rf $(q "$src") $(q "$work/cache")"
+	fi
+else
+	echo "  # read a file: its blocks are cached in RAM and in $cache (kept across remounts)"
+	echo "  cp $(q "$mnt")/<FILE> <DEST>"
+	echo "  # unmount"
+	if [ -z "${2:-}" ] && [ -n "$made_work" ]; then
+		echo "  $(q "$MCFS") umount $(q "$mnt") && rm -r $(q "$work")"
+	else
+		echo "  $(q "$MCFS") umount $(q "$mnt")"
+	fi
+fi

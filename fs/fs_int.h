@@ -17,27 +17,31 @@
 
 #include "cache.h"
 #include "cfg.h"
-#include "remote.h"
+#include "fuse_conn.h"
 
 struct gpu;
 struct fs_inodes;
 
+#define FS_SESSION_COUNTER(src, field, ...) FS_SESSION_COUNTER_##src(field)
+#define FS_SESSION_COUNTER_CACHE(field)
+#define FS_SESSION_COUNTER_DISK(field)
+#define FS_SESSION_COUNTER_FS(field) _Atomic uint64_t field;
+
 struct fs_session {
 	struct cfg cfg;		  /* validated once in main(); read-only afterwards */
-	struct remote *remote;	  /* the store */
-	struct cache *cache;	  /* block cache over the store */
+	struct cache *cache;	  /* the cache: the only door to the store */
 	struct gpu *gpu;	  /* the GPU fast path; answers -ENODEV without a device */
 	struct fs_inodes *inodes; /* inode table and metadata cache (fs/inode.c) */
 	struct fuse_session *se;
+	struct fs_conn conn;	      /* what FUSE INIT negotiated (fuse_conn.c) */
 	atomic_int stop;	      /* set by signal handlers */
 	uint64_t started_ns;	      /* mcfs_now_ns() at mount */
 	pthread_mutex_t handles_lock; /* guards handles */
 	struct fs_handle *handles;    /* open files, so that teardown frees what the
 					 kernel never released (unmounted with files open) */
-	/* GPU loads served (MCFS_IOC_LOAD), for the metrics: relaxed atomics. */
-	_Atomic uint64_t gpu_loads, gpu_load_errors, gpu_load_bytes, gpu_load_ns;
-	_Atomic uint64_t reads;	     /* FUSE READ requests answered with data */
-	_Atomic uint64_t read_bytes; /* bytes of those answers */
+	/* fs/'s counters, one relaxed atomic per FS row of CACHE_COUNTERS
+	 * (cache/counters.h: gpu_loads...). */
+	CACHE_COUNTERS(FS_SESSION_COUNTER)
 };
 
 /* One open file: what fi->fh points to. Created by open, freed by release. */
@@ -46,6 +50,7 @@ struct fs_handle {
 	struct cache_file *file;       /* reference held for the handle's life */
 	struct cache_stream *stream;   /* readahead state of this open */
 	bool keep_cache, direct_io;    /* how it uses the page cache (fs_open_mode) */
+	bool passthrough;	       /* the kernel reads its backing file (fs_open_mode) */
 	struct fs_handle *prev, *next; /* session->handles, guarded by handles_lock */
 };
 

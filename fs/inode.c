@@ -2,16 +2,17 @@
  * inode.c - inode numbers, attributes, listings and negative entries.
  *
  * One node per store path ever seen, found by path (hash) or by inode number
- * (array index). A node records what the store last said about its path and
- * when: attributes (or "missing"), and for a directory its listing. Answers
- * are served from the node while fresh (attr_ttl, negative_ttl); a stale node
- * is refreshed with one store request made without the lock, so a slow store
- * never blocks lookups elsewhere. A listing also refreshes every child's
- * attributes, so `ls -lR` costs one store request per directory.
+ * (array index). A node records what the cache last said about its path and
+ * until when that holds: attributes (or "missing"), and for a directory its
+ * listing. Answers are served from the node while cache_attr_fresh() says
+ * so (the cache works out the expiry from attr_ttl and negative_ttl, and
+ * from LMDB's record after a restart); a stale node is refreshed with one
+ * cache_stat() made without the lock, so a slow store never blocks lookups
+ * elsewhere. A listing also refreshes every child's attributes, so `ls -lR`
+ * costs one store request per directory.
  */
 #define _GNU_SOURCE
 #include "inode.h"
-#include "persist.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -23,16 +24,23 @@ struct fs_node {
 	fuse_ino_t ino;		    /* 0 until the path is known to exist */
 	char *path;		    /* store path, "" for the root */
 	struct fs_node *hnext;	    /* path-hash chain */
-	struct remote_attr attr;    /* valid when exists */
-	uint64_t attr_ns;	    /* when attr (or the miss) was learned; 0 = never */
+	struct cache_attr attr;	    /* valid when exists */
+	uint64_t attr_expires;	    /* attr (or the miss) is fresh until then; 0 = stale */
 	bool exists;		    /* false: the store said there is no such path */
 	uint64_t nlookup;	    /* kernel references (lookups minus forgets) */
 	struct fs_listing *listing; /* directories: last listing, or NULL */
-	uint64_t list_ns;	    /* when listing was made */
+	uint64_t list_expires;	    /* listing is fresh until then */
 	/* The kernel's page cache of this inode holds pages of open_version only:
 	 * opens of another version while pc_opens > 0 bypass it (direct_io). */
-	char open_version[REMOTE_VERSION_MAX]; /* version of the page-cache opens */
-	unsigned pc_opens;		       /* open handles that use the page cache */
+	char open_version[CACHE_VERSION_MAX]; /* version of the page-cache opens */
+	unsigned pc_opens;		      /* open handles that use the page cache */
+	/* Passthrough (fs_inode_passthrough): while pt_opens > 0 the kernel holds
+	 * backing_id on this inode, a backing file of pt_version, and refuses
+	 * cached opens; the node holds the file's pin (cache_backing_get). */
+	char pt_version[CACHE_VERSION_MAX];
+	unsigned pt_opens;
+	int backing_id;
+	bool pt_busy_logged; /* another version was refused once: said so */
 };
 
 struct fs_inodes {
@@ -128,13 +136,6 @@ static struct fs_node *by_ino(struct fs_inodes *t, fuse_ino_t ino)
 	return ino < t->next_ino ? t->by_ino[ino] : NULL;
 }
 
-static bool fresh(const struct fs_session *s, uint64_t when, bool exists)
-{
-	double ttl = exists ? s->cfg.attr_ttl : s->cfg.negative_ttl;
-
-	return when != 0 && (double)(mcfs_now_ns() - when) < ttl * 1e9;
-}
-
 int fs_inodes_new(struct fs_session *s, struct fs_inodes **out)
 {
 	struct fs_inodes *t = calloc(1, sizeof(*t));
@@ -181,7 +182,7 @@ void fs_inodes_free(struct fs_inodes *t)
 	free(t);
 }
 
-void fs_attr_to_stat(const struct fs_session *s, fuse_ino_t ino, const struct remote_attr *a,
+void fs_attr_to_stat(const struct fs_session *s, fuse_ino_t ino, const struct cache_attr *a,
 		     struct stat *st)
 {
 	memset(st, 0, sizeof(*st));
@@ -199,17 +200,17 @@ void fs_attr_to_stat(const struct fs_session *s, fuse_ino_t ino, const struct re
 	st->st_ctim = st->st_mtim;
 }
 
-/* Asks the store about @path and records the answer in its node. No lock held on entry. */
+/* Asks the cache about @path and records the answer in its node. No lock held on entry. */
 static int refresh(struct fs_session *s, const char *path)
 {
 	struct fs_inodes *t = s->inodes;
-	struct remote_attr a;
+	struct cache_attr a;
 	struct fs_node *n;
-	uint64_t learned;
+	uint64_t expires;
 	int rc;
 
-	/* the store, or LMDB under cache_dir (persist.c) */
-	rc = fs_persist_stat(s, path, &a, &learned);
+	/* the store, or LMDB under cache_dir */
+	rc = cache_stat(s->cache, path, &a, &expires);
 	if (rc < 0 && rc != -ENOENT && rc != -ENOTDIR)
 		return rc;
 	pthread_mutex_lock(&t->lock);
@@ -218,7 +219,7 @@ static int refresh(struct fs_session *s, const char *path)
 		pthread_mutex_unlock(&t->lock);
 		return -ENOMEM;
 	}
-	n->attr_ns = learned;
+	n->attr_expires = expires;
 	n->exists = rc == 0;
 	if (rc == 0) {
 		n->attr = a;
@@ -237,18 +238,18 @@ static int child_path(const char *dir, const char *name, char *buf, size_t len)
 	if (name[0] == '\0' || strchr(name, '/') || strcmp(name, ".") == 0 ||
 	    strcmp(name, "..") == 0)
 		return -EINVAL;
-	if (strlen(name) >= REMOTE_NAME_MAX)
+	if (strlen(name) >= CACHE_NAME_MAX)
 		return -ENAMETOOLONG;
 	n = dir[0] ? snprintf(buf, len, "%s/%s", dir, name) : snprintf(buf, len, "%s", name);
 	return n < (int)len ? 0 : -ENAMETOOLONG;
 }
 
 /* True if the fresh listing of @dir says @name is absent. Lock held. */
-static bool listed_absent(struct fs_session *s, struct fs_node *dir, const char *name)
+static bool listed_absent(struct fs_node *dir, const char *name)
 {
 	size_t i;
 
-	if (!dir->listing || !fresh(s, dir->list_ns, true))
+	if (!dir->listing || !cache_attr_fresh(dir->list_expires))
 		return false;
 	for (i = 0; i < dir->listing->n; i++)
 		if (strcmp(dir->listing->ents[i].name, name) == 0)
@@ -283,8 +284,8 @@ int fs_inode_lookup(struct fs_session *s, fuse_ino_t parent, const char *name,
 		}
 		n = find(t, path);
 		/* after a refresh, take the store's answer even with a zero ttl */
-		if ((n && (tries == 1 || fresh(s, n->attr_ns, n->exists))) ||
-		    (!n && listed_absent(s, p, name))) {
+		if ((n && (tries == 1 || cache_attr_fresh(n->attr_expires))) ||
+		    (!n && listed_absent(p, name))) {
 			if (n && n->exists) {
 				n->nlookup++;
 				e->ino = n->ino;
@@ -325,12 +326,12 @@ void fs_inode_invalidate(struct fs_session *s, fuse_ino_t ino)
 	pthread_mutex_lock(&s->inodes->lock);
 	n = by_ino(s->inodes, ino);
 	if (n) {
-		n->attr_ns = 0;
+		n->attr_expires = 0;
 		snprintf(path, sizeof(path), "%s", n->path);
 	}
 	pthread_mutex_unlock(&s->inodes->lock);
 	if (n) /* and LMDB's copy, or the next stat would find it fresh there */
-		fs_persist_forget(s, path);
+		cache_forget_attr(s->cache, path);
 }
 
 void fs_inode_ref(struct fs_session *s, fuse_ino_t ino)
@@ -360,7 +361,7 @@ static int node_state(struct fs_session *s, fuse_ino_t ino, char *buf, size_t le
 	}
 	snprintf(buf, len, "%s", n->path);
 	/* the root is always there; its attributes come from the store once */
-	*is_fresh = fresh(s, n->attr_ns, n->exists);
+	*is_fresh = cache_attr_fresh(n->attr_expires);
 	pthread_mutex_unlock(&s->inodes->lock);
 	return 0;
 }
@@ -407,17 +408,88 @@ int fs_inode_open(struct fs_session *s, fuse_ino_t ino, struct cache_file **f,
 	return open_file(s, ino, f, mode);
 }
 
-void fs_inode_close(struct fs_session *s, fuse_ino_t ino, const struct fs_open_mode *mode)
+void fs_inode_close(struct fs_session *s, fuse_req_t req, fuse_ino_t ino, struct cache_file *f,
+		    const struct fs_open_mode *mode)
 {
 	struct fs_node *n;
+	int id = 0;
 
 	if (mode->direct_io)
 		return;
 	pthread_mutex_lock(&s->inodes->lock);
 	n = by_ino(s->inodes, ino);
-	if (n && n->pc_opens > 0)
+	if (n && mode->passthrough && n->pt_opens > 0 && --n->pt_opens == 0) {
+		id = n->backing_id;
+		n->backing_id = 0;
+	} else if (n && !mode->passthrough && n->pc_opens > 0) {
 		n->pc_opens--;
+	}
 	pthread_mutex_unlock(&s->inodes->lock);
+	if (id == 0)
+		return;
+#ifdef MCFS_FUSE_PASSTHROUGH
+	/* The kernel dropped the inode's use of it before this RELEASE came. */
+	if (req)
+		fuse_passthrough_close(req, id);
+#else
+	(void)req;
+#endif
+	cache_backing_put(s->cache, f);
+}
+
+bool fs_inode_passthrough(struct fs_session *s, fuse_req_t req, fuse_ino_t ino,
+			  struct cache_file *f, struct fs_open_mode *mode)
+{
+#ifdef MCFS_FUSE_PASSTHROUGH
+	const char *v = cache_file_version(f);
+	bool done = false, keep_pin = false, refused = false;
+	struct fs_node *n;
+	int fd = -1, id, rc;
+
+	if (mode->direct_io || mode->passthrough)
+		return mode->passthrough;
+	/* Builds the backing file if need be (seconds): no lock held. */
+	rc = cache_backing_get(s->cache, f, &fd);
+	if (rc < 0)
+		return false;
+	pthread_mutex_lock(&s->inodes->lock);
+	n = by_ino(s->inodes, ino);
+	if (n && n->pt_opens > 0 && strcmp(n->pt_version, v) == 0) {
+		/* Another open turned the inode over meanwhile: join it. */
+		done = true;
+	} else if (n && n->pt_opens == 0 && n->pc_opens == 1 && strcmp(n->open_version, v) == 0) {
+		/* Ours is the inode's only cached open: the kernel lets it switch. */
+		id = fuse_passthrough_open(req, fd);
+		if (id > 0) {
+			n->backing_id = id;
+			snprintf(n->pt_version, sizeof(n->pt_version), "%s", v);
+			done = keep_pin = true; /* the node's pin, put at the last close */
+		} else {
+			refused = true;
+		}
+	}
+	if (done) {
+		n->pc_opens--;
+		n->pt_opens++;
+		mode->passthrough = true;
+		mode->keep_cache = false; /* the kernel refuses it with passthrough */
+		mode->backing_id = n->backing_id;
+	}
+	pthread_mutex_unlock(&s->inodes->lock);
+	close(fd); /* the kernel holds its own reference to a registered file */
+	if (!keep_pin)
+		cache_backing_put(s->cache, f);
+	if (!done)
+		atomic_fetch_add_explicit(&s->passthrough_fallbacks, 1, memory_order_relaxed);
+	if (refused)
+		MCFS_DEBUG("passthrough of %s refused by the kernel (libfuse says why): read "
+			   "through the cache",
+			   cache_file_path(f));
+	return done;
+#else
+	(void)s, (void)req, (void)ino, (void)f, (void)mode;
+	return false;
+#endif
 }
 
 int fs_inode_file(struct fs_session *s, fuse_ino_t ino, struct cache_file **f)
@@ -439,6 +511,14 @@ static bool page_cache_mode(struct fs_session *s, struct fs_node *n, const char 
 	bool same = strcmp(n->open_version, v) == 0;
 	bool changed = n->open_version[0] != '\0' && !same;
 
+	if (n->pt_opens > 0) {
+		/* The kernel holds a backing file on this inode: this open must use
+		 * it; one of another version is refused by open_file(). */
+		mode->passthrough = true;
+		mode->backing_id = n->backing_id;
+		n->pt_opens++;
+		return false;
+	}
 	mode->direct_io = n->pc_opens > 0 && !same;
 	if (mode->direct_io)
 		return changed;
@@ -454,7 +534,7 @@ static int open_file(struct fs_session *s, fuse_ino_t ino, struct cache_file **f
 		     struct fs_open_mode *mode)
 {
 	bool changed = false;
-	struct remote_attr a;
+	struct cache_attr a;
 	char path[4096];
 	struct fs_node *n;
 	int rc;
@@ -486,8 +566,16 @@ static int open_file(struct fs_session *s, fuse_ino_t ino, struct cache_file **f
 	if (rc == 0) {
 		a = n->attr;
 		snprintf(path, sizeof(path), "%s", n->path);
-		if (mode)
+		if (mode && n->pt_opens > 0 && strcmp(n->pt_version, a.version) != 0) {
+			if (!n->pt_busy_logged)
+				MCFS_WARN("%s changed in the store while open with passthrough: "
+					  "opens of the new version get EBUSY until those close",
+					  path);
+			n->pt_busy_logged = true;
+			rc = -EBUSY;
+		} else if (mode) {
 			changed = page_cache_mode(s, n, a.version, mode);
+		}
 	}
 	pthread_mutex_unlock(&s->inodes->lock);
 	if (rc < 0)
@@ -509,7 +597,7 @@ int fs_inode_readlink(struct fs_session *s, fuse_ino_t ino, char *buf, size_t le
 	rc = node_state(s, ino, path, sizeof(path), &ok);
 	if (rc < 0)
 		return rc;
-	rc = remote_readlink(s->remote, path, buf, len);
+	rc = cache_readlink(s->cache, path, buf, len);
 	return rc < 0 ? rc : 0;
 }
 
@@ -522,7 +610,7 @@ int fs_inode_path(struct fs_session *s, fuse_ino_t ino, char *buf, size_t len)
 
 /* Builds a listing from the store's entries, updating the children's nodes. Lock held. */
 static struct fs_listing *build_listing(struct fs_session *s, const char *dir,
-					const struct remote_dirent *ents, size_t n, uint64_t now)
+					const struct cache_dirent *ents, size_t n, uint64_t expires)
 {
 	struct fs_inodes *t = s->inodes;
 	struct fs_listing *l;
@@ -543,7 +631,7 @@ static struct fs_listing *build_listing(struct fs_session *s, const char *dir,
 		}
 		c->exists = true;
 		c->attr = ents[i].attr;
-		c->attr_ns = now;
+		c->attr_expires = expires; /* as fresh as the listing */
 		l->ents[k].ino = c->ino;
 		fs_attr_to_stat(s, c->ino, &c->attr, &l->ents[k].st);
 		snprintf(l->ents[k].name, sizeof(l->ents[k].name), "%s", ents[i].name);
@@ -557,12 +645,12 @@ static struct fs_listing *build_listing(struct fs_session *s, const char *dir,
 int fs_inode_list(struct fs_session *s, fuse_ino_t ino, struct fs_listing **out)
 {
 	struct fs_inodes *t = s->inodes;
-	struct remote_dirent *ents = NULL;
+	struct cache_dirent *ents = NULL;
 	struct fs_listing *l;
 	char path[4096];
 	struct fs_node *n;
 	size_t cnt = 0;
-	uint64_t learned;
+	uint64_t expires;
 	int rc;
 
 	pthread_mutex_lock(&t->lock);
@@ -571,7 +659,7 @@ int fs_inode_list(struct fs_session *s, fuse_ino_t ino, struct fs_listing **out)
 		pthread_mutex_unlock(&t->lock);
 		return -ENOENT;
 	}
-	if (n->listing && fresh(s, n->list_ns, true)) {
+	if (n->listing && cache_attr_fresh(n->list_expires)) {
 		n->listing->refs++;
 		*out = n->listing;
 		pthread_mutex_unlock(&t->lock);
@@ -580,11 +668,11 @@ int fs_inode_list(struct fs_session *s, fuse_ino_t ino, struct fs_listing **out)
 	snprintf(path, sizeof(path), "%s", n->path);
 	pthread_mutex_unlock(&t->lock);
 
-	rc = fs_persist_list(s, path, &ents, &cnt, &learned); /* store or LMDB */
+	rc = cache_list(s->cache, path, &ents, &cnt, &expires); /* store or LMDB */
 	if (rc < 0)
 		return rc;
 	pthread_mutex_lock(&t->lock);
-	l = build_listing(s, path, ents, cnt, learned);
+	l = build_listing(s, path, ents, cnt, expires);
 	free(ents);
 	if (!l) {
 		pthread_mutex_unlock(&t->lock);
@@ -594,7 +682,7 @@ int fs_inode_list(struct fs_session *s, fuse_ino_t ino, struct fs_listing **out)
 	if (n->listing && --n->listing->refs == 0)
 		free(n->listing);
 	n->listing = l;
-	n->list_ns = learned;
+	n->list_expires = expires;
 	l->refs++; /* the caller's */
 	*out = l;
 	pthread_mutex_unlock(&t->lock);

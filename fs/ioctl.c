@@ -92,6 +92,7 @@ static int do_load(fuse_req_t req, struct fs_handle *h, struct mcfs_load_req *r,
 	struct gpu_load_req g;
 	uint64_t data_offset = 0;
 	unsigned n = r->nranges, i;
+	char rate[32];
 	int rc;
 
 	if (r->abi_version != MCFS_IOCTL_ABI) {
@@ -131,12 +132,12 @@ static int do_load(fuse_req_t req, struct fs_handle *h, struct mcfs_load_req *r,
 	atomic_fetch_add_explicit(&s->gpu_loads, 1, memory_order_relaxed);
 	atomic_fetch_add_explicit(&s->gpu_load_bytes, r->bytes, memory_order_relaxed);
 	atomic_fetch_add_explicit(&s->gpu_load_ns, r->ns, memory_order_relaxed);
-	MCFS_DEBUG("ioctl: loaded %llu bytes of %s in %.3f s (%.2f GB/s; %u ranges; waited "
-		   "%.3f s for blocks, %.3f s for copies, %.3f s for the IPC mapping; %llu "
-		   "blocks unpinned)",
+	MCFS_DEBUG("ioctl: loaded %llu bytes of %s in %.3f s (%s; %u ranges; waited %.3f s for "
+		   "blocks, %.3f s for copies, %.3f s for the IPC mapping; %llu blocks unpinned)",
 		   (unsigned long long)r->bytes, cache_file_path(h->file), r->ns / 1e9,
-		   r->ns ? r->bytes / (double)r->ns : 0.0, n, res.wait_blocks_ns / 1e9,
-		   res.wait_copies_ns / 1e9, res.ipc_ns / 1e9, (unsigned long long)r->unpinned);
+		   mcfs_fmt_rate(r->ns ? r->bytes / (r->ns / 1e9) : 0.0, rate, sizeof(rate)), n,
+		   res.wait_blocks_ns / 1e9, res.wait_copies_ns / 1e9, res.ipc_ns / 1e9,
+		   (unsigned long long)r->unpinned);
 	return 0;
 }
 

@@ -3,7 +3,11 @@
  *
  * `mcfs mount SOURCE MOUNTPOINT [-o k=v,...] [-c FILE] [-f] [-d]`, and the
  * same without the word "mount" (the form mount.fuse3 uses for
- * `mount -t fuse.mcfs` and fstab lines).
+ * `mount -t fuse.mcfs` and fstab lines). One table lists the commands: the
+ * help texts, `CMD --help` and the "did you mean" for a mistyped command come
+ * from it. A first word that is no command is taken as a SOURCE only if it
+ * looks like one (see looks_like_source()), so a typo gets "unknown command",
+ * not an error about a directory it never meant.
  *
  * Daemon mode: the parent forks at once and waits on a pipe; the child opens
  * the store, sets up the cache, mounts, and writes one byte when the mount
@@ -16,15 +20,9 @@
 #include "cli.h"
 #include "inode.h"
 #include "mount_util.h"
-#ifdef MCFS_HAVE_NET
-#include "manifest.h"
-#endif
-#ifdef MCFS_HAVE_GPU
 #include "gpu.h"
-#endif
-#ifdef MCFS_HAVE_METRICS
+#include "gpu_build.h" /* generated: MCFS_GPU_BUILD */
 #include "metrics.h"
-#endif
 
 #include <errno.h>
 #include <fcntl.h>
@@ -39,42 +37,134 @@
 #include <sys/xattr.h>
 #include <unistd.h>
 
-#define EXIT_USAGE 2
+#define EXIT_USAGE FS_EXIT_USAGE
+
+/* The commands: `mcfs help`, `mcfs CMD --help` and the "did you mean" guess read this. */
+struct command {
+	const char *name;
+	const char *args; /* the synopsis after the name */
+	const char *what; /* one line for `mcfs help` */
+	const char *more; /* what `mcfs CMD --help` adds, or NULL */
+};
+
+static const struct command commands[] = {
+    {"mount", "SOURCE MOUNTPOINT [-o key=value,...] [-c FILE] [-f] [-d]",
+     "mount a store, read-only",
+     "SOURCE: /dir, file:///dir, http(s)://host/base, s3://bucket[/prefix]\n"
+     "  -o  options, comma-separated (`mcfs help-config` lists them)\n"
+     "  -c  config file (INI: key = value, at top level or in [mcfs]); -o wins\n"
+     "  -f  stay in the foreground, log to stderr\n"
+     "  -d  FUSE debug trace (implies -f)\n"
+     "mount(8) and fstab run `mcfs SOURCE MOUNTPOINT -o ...`: the same, without \"mount\".\n"},
+    {"umount", "[-l] MOUNTPOINT", "unmount, and wait for the daemon to finish",
+     "  -l  lazy: detach now, finish when the open files close\n"},
+    {"prefetch", "[-q] PATH...", "warm files or trees into the cache", "  -q  no progress bar\n"},
+    {"status", "MOUNTPOINT", "cache tiers, hit ratios, fetches", NULL},
+    {"evict", "PATH...", "drop files (or trees) from the cache", NULL},
+    {"manifest", "DIR > DIR/.mcfs-manifest.json", "the listing an http store serves", NULL},
+    {"help-config", "", "every option, its default and what it allows", NULL},
+    {"version", "", "the version", NULL},
+    {"help", "[COMMAND]", "this text, or one command's", NULL},
+};
+
+static const struct command *find_command(const char *name)
+{
+	size_t i;
+
+	if (strcmp(name, "unmount") == 0)
+		name = "umount";
+	for (i = 0; i < MCFS_ARRAY_SIZE(commands); i++)
+		if (strcmp(commands[i].name, name) == 0)
+			return &commands[i];
+	return NULL;
+}
 
 static void usage(FILE *fp)
 {
+	char syn[256];
+	size_t i;
+
 	fprintf(fp,
 		"mcfs %s - a model cache filesystem\n\n"
-		"usage:\n"
-		"  mcfs mount SOURCE MOUNTPOINT [-o key=value,...] [-c FILE] [-f] [-d]\n"
-		"  mcfs umount [-l] MOUNTPOINT\n"
-		"  mcfs prefetch [-q] PATH...        warm files or trees into the cache\n"
-		"  mcfs status MOUNTPOINT            cache tiers, hit ratios, fetches\n"
-		"  mcfs evict PATH...                drop files (or trees) from the cache\n"
-		"  mcfs manifest DIR > DIR/.mcfs-manifest.json   listing for an http store\n"
-		"  mcfs help-config\n\n"
-		"SOURCE: /dir, file:///dir, http(s)://host/base, s3://bucket[/prefix]\n"
-		"  -o  options (see `mcfs help-config`), -c  config file (INI; -o wins)\n"
-		"  -f  stay in the foreground, log to stderr;  -d  FUSE debug trace\n",
+		"usage: mcfs COMMAND ...   (`mcfs COMMAND --help` for one command)\n",
 		MCFS_VERSION);
+	for (i = 0; i < MCFS_ARRAY_SIZE(commands); i++) {
+		snprintf(syn, sizeof(syn), "mcfs %s %s", commands[i].name, commands[i].args);
+		if (strlen(syn) > 34)
+			fprintf(fp, "  %s\n  %-34s  %s\n", syn, "", commands[i].what);
+		else
+			fprintf(fp, "  %-34s  %s\n", syn, commands[i].what);
+	}
 }
 
-/* Fills cfg from argv. Returns 0, or EXIT_USAGE after printing why. */
+static int command_help(const struct command *c)
+{
+	printf("usage: mcfs %s %s\n%s\n%s", c->name, c->args, c->what, c->more ? c->more : "");
+	return 0;
+}
+
+int fs_cli_help(const char *cmd)
+{
+	const struct command *c = find_command(cmd);
+
+	return c ? command_help(c) : 0;
+}
+
+int fs_cli_usage(const char *cmd)
+{
+	const struct command *c = find_command(cmd);
+
+	if (c)
+		fprintf(stderr, "usage: mcfs %s %s   (`mcfs %s --help` for more)\n", c->name,
+			c->args, c->name);
+	return FS_EXIT_USAGE;
+}
+
+int fs_cli_bad_option(const char *cmd, int c, char **argv)
+{
+	const char *word = argv[optind - 1];
+
+	if (c == ':')
+		MCFS_ERR("%s: option '%s' needs a value", cmd, word);
+	else if (optopt)
+		MCFS_ERR("%s: unknown option '-%c'", cmd, optopt);
+	else
+		MCFS_ERR("%s: unknown option '%s'", cmd, word);
+	return fs_cli_usage(cmd);
+}
+
+/* -h or --help among a command's arguments (before any "--"). */
+static bool wants_help(int argc, char **argv)
+{
+	int i;
+
+	for (i = 1; i < argc && strcmp(argv[i], "--") != 0; i++)
+		if (strcmp(argv[i], "-h") == 0 || strcmp(argv[i], "--help") == 0)
+			return true;
+	return false;
+}
+
+/* Fills cfg from argv. Returns 0, or FS_EXIT_USAGE after printing why. */
 static int parse_mount_args(int argc, char **argv, struct cfg *cfg)
 {
 	static const struct option longopts[] = {{"help", no_argument, NULL, 'h'},
 						 {NULL, 0, NULL, 0}};
 	const char *opts[64], *cfgfile = NULL;
 	char err[CFG_ERR_MAX];
-	int c, nopts = 0, i, rc;
+	int c, nopts = 0, i;
 
 	optind = 1;
-	while ((c = getopt_long(argc, argv, "o:c:fdh", longopts, NULL)) != -1) {
+	opterr = 0; /* our messages, with our prefix */
+	for (;;) {
+		c = getopt_long(argc, argv, ":o:c:fdh", longopts, NULL);
+		if (c == -1)
+			break;
 		switch (c) {
 		case 'o':
 			if (nopts == (int)MCFS_ARRAY_SIZE(opts)) {
-				fprintf(stderr, "mcfs: too many -o arguments\n");
-				return EXIT_USAGE;
+				MCFS_ERR("mount: more than %d -o options: join them with commas",
+					 nopts);
+				return FS_EXIT_USAGE;
 			}
 			opts[nopts++] = optarg;
 			break;
@@ -89,34 +179,37 @@ static int parse_mount_args(int argc, char **argv, struct cfg *cfg)
 			cfg->foreground = true;
 			break;
 		case 'h':
-			usage(stdout);
-			exit(0);
+			exit(fs_cli_help("mount"));
 		default:
-			usage(stderr);
-			return EXIT_USAGE;
+			return fs_cli_bad_option("mount", c, argv);
 		}
 	}
 	if (argc - optind != 2) {
-		fprintf(stderr, "mcfs: mount needs SOURCE and MOUNTPOINT\n");
-		usage(stderr);
-		return EXIT_USAGE;
+		if (argc - optind == 0)
+			MCFS_ERR("mount needs SOURCE and MOUNTPOINT");
+		else if (argc - optind == 1)
+			MCFS_ERR("mount needs a MOUNTPOINT after SOURCE '%s'", argv[optind]);
+		else
+			MCFS_ERR("mount takes SOURCE and MOUNTPOINT: '%s' is one word too many",
+				 argv[optind + 2]);
+		return fs_cli_usage("mount");
 	}
 	cfg_set_source(cfg, argv[optind]);
 	snprintf(cfg->mountpoint, sizeof(cfg->mountpoint), "%s", argv[optind + 1]);
 	/* Defaults, then the file, then -o: in that order whatever the command line's. */
-	if (cfgfile && (rc = cfg_load_file(cfg, cfgfile, err, sizeof(err))) < 0) {
-		fprintf(stderr, "mcfs: %s\n", err);
-		return EXIT_USAGE;
+	if (cfgfile && cfg_load_file(cfg, cfgfile, err, sizeof(err)) < 0) {
+		MCFS_ERR("%s", err);
+		return FS_EXIT_USAGE;
 	}
 	for (i = 0; i < nopts; i++) {
 		if (cfg_set_opts(cfg, opts[i], err, sizeof(err)) < 0) {
-			fprintf(stderr, "mcfs: %s\n", err);
-			return EXIT_USAGE;
+			MCFS_ERR("%s", err);
+			return FS_EXIT_USAGE;
 		}
 	}
 	if (cfg_validate(cfg, err, sizeof(err)) < 0) {
-		fprintf(stderr, "mcfs: %s\n", err);
-		return EXIT_USAGE;
+		MCFS_ERR("%s", err);
+		return FS_EXIT_USAGE;
 	}
 	return 0;
 }
@@ -145,43 +238,39 @@ static int fuse_args_for(const struct cfg *cfg, struct fuse_args *args)
 
 static void teardown(struct fs_session *s)
 {
-#ifdef MCFS_HAVE_GPU
 	gpu_free(s->gpu);
-#endif
 	if (s->se)
 		fuse_session_destroy(s->se);
 	if (s->cache)
 		fs_handles_free_all(s); /* files still open at unmount */
-	cache_free(s->cache);		/* waits for fetches in flight */
+	cache_free(s->cache);		/* waits for fetches in flight; closes the store */
 	fs_inodes_free(s->inodes);
-	remote_close(s->remote);
 }
 
 /*
- * Opens the store, builds the cache and mounts. Returns 0 with the session
- * ready to serve, or a negative errno after logging why.
+ * Builds the cache (which opens the store) and mounts. Returns 0 with the
+ * session ready to serve, or a negative errno after logging why.
  */
 static int setup(struct fs_session *s)
 {
 	struct fuse_args args = FUSE_ARGS_INIT(0, NULL);
 	int rc;
 
-	rc = remote_open(&s->cfg, &s->remote);
-	if (rc < 0)
-		return rc;
-	rc = cache_new(&s->cfg, s->remote, &s->cache);
+	rc = cache_new(&s->cfg, &s->cache);
 	if (rc == 0)
 		rc = fs_inodes_new(s, &s->inodes);
 	if (rc < 0)
 		return rc;
-#ifdef MCFS_HAVE_GPU
 	rc = gpu_new(&s->cfg, s->cache, &s->gpu);
 	if (rc < 0)
 		return rc;
-#endif
 	rc = fuse_args_for(&s->cfg, &args);
-	if (rc < 0)
+	if (rc == 0)
+		rc = fs_conn_args(s, &args);
+	if (rc < 0) {
+		fuse_opt_free_args(&args);
 		return rc;
+	}
 	s->se = fuse_session_new(&args, &fs_ops, sizeof(fs_ops), s);
 	fuse_opt_free_args(&args);
 	if (!s->se) {
@@ -333,6 +422,7 @@ static void *ready_thread(void *arg)
 {
 	struct ready_ctx *r = arg;
 	struct fs_session *s = r->s;
+	struct cache_stats cs;
 	struct stat st;
 	char b[32];
 
@@ -343,11 +433,15 @@ static void *ready_thread(void *arg)
 		stop_request(r->st);
 		return NULL;
 	}
+	if (fs_conn_check(s, s->cfg.mountpoint) < 0) {
+		stop_request(r->st);
+		return NULL;
+	}
 	fs_mount_set_readahead(s->cfg.mountpoint, s->cfg.read_ahead_kb);
+	cache_get_stats(s->cache, &cs); /* the block size and slots the cache settled on */
 	MCFS_INFO("mounted %s on %s (%s store, block %s, RAM tier %llu slots)", s->cfg.source_shown,
-		  s->cfg.mountpoint, remote_kind(s->remote),
-		  mcfs_fmt_bytes(s->cfg.block_size, b, sizeof(b)),
-		  (unsigned long long)(s->cfg.ram_cache / s->cfg.block_size));
+		  s->cfg.mountpoint, cache_store_kind(s->cache),
+		  mcfs_fmt_bytes(cs.block_size, b, sizeof(b)), (unsigned long long)cs.slots);
 	if (r->ready_fd >= 0) {
 		int nul = open("/dev/null", O_RDWR);
 
@@ -369,9 +463,7 @@ static void *ready_thread(void *arg)
 /* Mounts and serves until unmounted; in daemon mode tells the parent through @ready_fd. */
 static int run_mount(struct fs_session *s, int ready_fd)
 {
-#ifdef MCFS_HAVE_METRICS
 	struct fs_metrics *metrics = NULL;
-#endif
 	struct stopper st = {0};
 	struct ready_ctx r = {.s = s, .st = &st, .ready_fd = ready_fd};
 	pthread_t tid;
@@ -380,10 +472,8 @@ static int run_mount(struct fs_session *s, int ready_fd)
 	rc = stopper_start(&st);
 	if (rc == 0)
 		rc = setup(s);
-#ifdef MCFS_HAVE_METRICS
 	if (rc == 0)
 		rc = fs_metrics_start(s, &metrics);
-#endif
 	if (rc == 0) {
 		pthread_mutex_lock(&st.lock);
 		st.se = s->se;
@@ -404,9 +494,7 @@ static int run_mount(struct fs_session *s, int ready_fd)
 	stopper_stop(&st);
 	pthread_join(tid, NULL);
 	MCFS_INFO("unmounted %s", s->cfg.mountpoint);
-#ifdef MCFS_HAVE_METRICS
 	fs_metrics_stop(metrics);
-#endif
 	teardown(s);
 	return rc < 0 ? 1 : 0;
 }
@@ -419,12 +507,12 @@ static int daemonize_and_run(struct fs_session *s)
 	char c;
 
 	if (pipe2(pfd, O_CLOEXEC) < 0) {
-		perror("mcfs: pipe");
+		MCFS_ERR("pipe: %s", strerror(errno));
 		return 1;
 	}
 	pid = fork();
 	if (pid < 0) {
-		perror("mcfs: fork");
+		MCFS_ERR("fork: %s", strerror(errno));
 		return 1;
 	}
 	if (pid == 0) {
@@ -464,8 +552,7 @@ static int cmd_mount(int argc, char **argv)
 		char *real = realpath(sess.cfg.source, NULL);
 
 		if (!real) {
-			fprintf(stderr, "mcfs: source directory %s: %s\n", sess.cfg.source,
-				strerror(errno));
+			MCFS_ERR("source directory %s: %s", sess.cfg.source, strerror(errno));
 			return 1;
 		}
 		cfg_set_source(&sess.cfg, real);
@@ -478,43 +565,96 @@ static int cmd_mount(int argc, char **argv)
 
 static int cmd_umount(int argc, char **argv)
 {
+	static const struct option longopts[] = {
+	    {"lazy", no_argument, NULL, 'l'}, {"help", no_argument, NULL, 'h'}, {NULL, 0, NULL, 0}};
 	bool lazy = false;
 	int c;
 
 	optind = 1;
-	while ((c = getopt(argc, argv, "lh")) != -1) {
-		if (c == 'l') {
+	opterr = 0;
+	for (;;) {
+		c = getopt_long(argc, argv, ":lh", longopts, NULL);
+		if (c == -1)
+			break;
+		if (c == 'l')
 			lazy = true;
-		} else {
-			fprintf(stderr, "usage: mcfs umount [-l] MOUNTPOINT\n");
-			return c == 'h' ? 0 : EXIT_USAGE;
-		}
+		else if (c == 'h')
+			return fs_cli_help("umount");
+		else
+			return fs_cli_bad_option("umount", c, argv);
 	}
 	if (argc - optind != 1) {
-		fprintf(stderr, "usage: mcfs umount [-l] MOUNTPOINT\n");
-		return EXIT_USAGE;
+		MCFS_ERR("umount needs one MOUNTPOINT");
+		return fs_cli_usage("umount");
 	}
 	return fs_umount(argv[optind], lazy) < 0 ? 1 : 0;
+}
+
+/*
+ * A first word that is no command may be a SOURCE: mount(8) and fstab run
+ * `mcfs SOURCE MOUNTPOINT -o ...`. A source names a path or a URL, so it holds
+ * a '/' (file://, http://, s3://, /dir, ./dir) or is there (a relative
+ * directory); a mistyped command ("stauts") is neither.
+ */
+static bool looks_like_source(const char *word)
+{
+	return strchr(word, '/') != NULL || access(word, F_OK) == 0;
+}
+
+static int unknown_command(const char *word, int argc)
+{
+	const char *names[MCFS_ARRAY_SIZE(commands) + 1], *near;
+	size_t i;
+
+	if (word[0] == '-') {
+		MCFS_ERR("unknown option '%s' (`mcfs help` lists the commands)", word);
+		return FS_EXIT_USAGE;
+	}
+	for (i = 0; i < MCFS_ARRAY_SIZE(commands); i++)
+		names[i] = commands[i].name;
+	names[i] = "unmount";
+	near = mcfs_nearest(word, names, MCFS_ARRAY_SIZE(names));
+	if (near)
+		MCFS_ERR("unknown command '%s': did you mean '%s'? (`mcfs help` lists the "
+			 "commands)",
+			 word, near);
+	else if (argc >= 3)
+		MCFS_ERR("unknown command '%s', and no file or directory of that name to mount "
+			 "(`mcfs help` lists the commands)",
+			 word);
+	else
+		MCFS_ERR("unknown command '%s' (`mcfs help` lists the commands)", word);
+	return FS_EXIT_USAGE;
 }
 
 int main(int argc, char **argv)
 {
 	const char *cmd = argc > 1 ? argv[1] : "";
+	const struct command *known;
 
 	signal(SIGPIPE, SIG_IGN);
+	if (argc < 2) {
+		usage(stderr);
+		return FS_EXIT_USAGE;
+	}
+	if (strcmp(cmd, "-h") == 0 || strcmp(cmd, "--help") == 0)
+		cmd = "help";
+	if (strcmp(cmd, "--version") == 0)
+		cmd = "version";
+	known = find_command(cmd);
+	if (known && strcmp(cmd, "help") != 0 && wants_help(argc - 1, argv + 1))
+		return command_help(known);
 	if (strcmp(cmd, "mount") == 0)
 		return cmd_mount(argc - 1, argv + 1);
 	if (strcmp(cmd, "umount") == 0 || strcmp(cmd, "unmount") == 0)
 		return cmd_umount(argc - 1, argv + 1);
-#ifdef MCFS_HAVE_NET
 	if (strcmp(cmd, "manifest") == 0) {
 		if (argc != 3) {
 			fprintf(stderr, "usage: mcfs manifest DIR > DIR/.mcfs-manifest.json\n");
 			return EXIT_USAGE;
 		}
-		return remote_manifest_write(argv[2], stdout) < 0 ? 1 : 0;
+		return cache_write_manifest(argv[2], stdout) < 0 ? 1 : 0;
 	}
-#endif
 	if (strcmp(cmd, "prefetch") == 0)
 		return fs_cmd_prefetch(argc - 1, argv + 1);
 	if (strcmp(cmd, "status") == 0)
@@ -526,16 +666,26 @@ int main(int argc, char **argv)
 		cfg_print_keys(stdout);
 		return 0;
 	}
-	if (strcmp(cmd, "--version") == 0 || strcmp(cmd, "version") == 0) {
-		printf("mcfs %s\n", MCFS_VERSION);
+	if (strcmp(cmd, "version") == 0) {
+		/* Says whether loads can take the GPU path, and with which runtime
+		 * (its version sets the oldest driver it runs on). */
+		printf("mcfs %s (GPU fast path: %s)\n", MCFS_VERSION, MCFS_GPU_BUILD);
+		fs_conn_print_version(stdout); /* libfuse: version, features */
 		return 0;
 	}
-	if (strcmp(cmd, "-h") == 0 || strcmp(cmd, "--help") == 0 || strcmp(cmd, "help") == 0) {
+	if (strcmp(cmd, "help") == 0) {
+		if (argc > 2 && wants_help(2, argv + 1)) {
+			usage(stdout);
+			return 0;
+		}
+		if (argc > 2 && find_command(argv[2]))
+			return command_help(find_command(argv[2]));
+		if (argc > 2)
+			return unknown_command(argv[2], 0);
 		usage(stdout);
 		return 0;
 	}
-	if (argc >= 3 && cmd[0] != '-')
+	if (argc >= 3 && looks_like_source(cmd))
 		return cmd_mount(argc, argv); /* mount.fuse3's form: mcfs SOURCE MNT -o ... */
-	usage(stderr);
-	return EXIT_USAGE;
+	return unknown_command(cmd, argc);
 }

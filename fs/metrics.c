@@ -4,9 +4,12 @@
  * Design: libmicrohttpd runs the HTTP side (parsing, keep-alive, timeouts)
  * on one internal polling thread, bound to the one address of the `metrics`
  * key, so a scraper on another host sees nothing unless the operator names a
- * routable address. Each scrape copies the counters (cache_get_stats(), the
- * store's included) and renders them into a memory stream that the response
- * then owns; the exporter keeps no state between scrapes.
+ * routable address. Each scrape copies the counters (fs_stats_get(): the
+ * cache's, its store's and the session's) and renders them into a memory
+ * stream that the response then owns; the exporter keeps no state between
+ * scrapes. The plain counters and gauges are the counter table's
+ * (cache/counters.h, rendered by fs_stats_prom()); here are only the
+ * families worked out from several of them, and the histograms.
  *
  * What it refuses to do: serve anything but GET/HEAD /metrics, expose the
  * source URL (it may carry credentials) or any configuration string.
@@ -30,7 +33,7 @@
 
 #include "cache.h"
 #include "fs_int.h"
-#include "remote.h"
+#include "stats.h"
 
 #define METRICS_PATH "/metrics"
 #define CONTENT_TYPE "text/plain; version=0.0.4; charset=utf-8"
@@ -54,92 +57,51 @@ static void head(FILE *fp, const char *name, const char *type, const char *help)
 	fprintf(fp, "# HELP mcfs_%s %s\n# TYPE mcfs_%s %s\n", name, help, name, type);
 }
 
-static void one(FILE *fp, const char *name, const char *type, const char *help, uint64_t v)
-{
-	head(fp, name, type, help);
-	fprintf(fp, "mcfs_%s %llu\n", name, (unsigned long long)v);
-}
-
 /* Counters read without a common lock may be momentarily inconsistent. */
 static uint64_t sub0(uint64_t a, uint64_t b)
 {
 	return a > b ? a - b : 0;
 }
 
-/* One metric with a value per tier: the disk tier's only when there is one. */
-static void per_tier(FILE *fp, const struct cache_stats *st, const char *name, const char *type,
-		     const char *help, uint64_t ram, uint64_t disk)
+/* A counter family split by result: the ok and the error sample. */
+static void by_result(FILE *fp, const char *name, const char *help, uint64_t ok, uint64_t errors)
 {
-	head(fp, name, type, help);
-	fprintf(fp, "mcfs_%s{tier=\"ram\"} %llu\n", name, (unsigned long long)ram);
-	if (st->disk_state != 0)
-		fprintf(fp, "mcfs_%s{tier=\"disk\"} %llu\n", name, (unsigned long long)disk);
+	head(fp, name, "counter", help);
+	fprintf(fp, "mcfs_%s{result=\"ok\"} %" PRIu64 "\n", name, ok);
+	fprintf(fp, "mcfs_%s{result=\"error\"} %" PRIu64 "\n", name, errors);
 }
 
-static void render_tiers(FILE *fp, const struct cache_stats *st)
+/*
+ * The families that no one row of the counter table holds, because their
+ * values are worked out from rows: every plain one comes from the table
+ * (fs_stats_prom()).
+ */
+static void render_derived(FILE *fp, const struct fs_stats *st)
 {
-	per_tier(fp, st, "cache_hits_total", "counter", "Block gets answered from a cache tier.",
-		 st->hits, st->disk_hits);
-	per_tier(fp, st, "cache_misses_total", "counter",
-		 "Block gets a cache tier did not hold (the disk tier's went to the store).",
-		 st->misses, st->disk_misses);
-	per_tier(fp, st, "cache_evictions_total", "counter", "Blocks dropped for room.",
-		 st->evictions, st->disk_evictions);
-	per_tier(fp, st, "cache_capacity_bytes", "gauge", "Size of a cache tier.",
-		 st->slots * st->block_size, st->disk_bytes_limit);
-	head(fp, "cache_ram_faulted_bytes", "gauge",
-	     "RAM-tier bytes faulted in by ram_prefault (its memory is committed).");
-	fprintf(fp, "mcfs_cache_ram_faulted_bytes %" PRIu64 "\n", st->ram_faulted_bytes);
-	per_tier(fp, st, "cache_used_bytes", "gauge",
-		 "Bytes of a cache tier holding blocks (whole slots).",
-		 st->slots_used * st->block_size, st->disk_bytes_used);
-	per_tier(fp, st, "cache_slots", "gauge", "Block slots of a cache tier.", st->slots,
-		 st->disk_slots);
-	per_tier(fp, st, "cache_slots_used", "gauge", "Slots holding a block, loading or ready.",
-		 st->slots_used, st->disk_slots_used);
-	one(fp, "cache_block_size_bytes", "gauge", "The unit fetched, cached and evicted.",
-	    st->block_size);
-	one(fp, "cache_waits_total", "counter",
-	    "Block gets that joined a fetch already in flight (single flight).", st->waits);
-	if (st->disk_state == 0)
-		return;
-	one(fp, "disk_full", "gauge", "1 when the cache disk filled up (RAM only since).",
-	    st->disk_state == 2);
-	one(fp, "disk_read_bytes_total", "counter", "Bytes read from the disk tier.",
-	    st->disk_read_bytes);
-	one(fp, "disk_written_bytes_total", "counter", "Bytes written behind to the disk tier.",
-	    st->disk_written_bytes);
-	one(fp, "disk_write_drops_total", "counter",
-	    "Blocks not written behind (queue full or write failed).", st->disk_write_drops);
-	one(fp, "disk_checksum_errors_total", "counter",
-	    "Disk blocks that failed their checksum (dropped and fetched again).",
-	    st->disk_csum_errors);
-	one(fp, "disk_io_errors_total", "counter", "Disk tier reads or writes that failed.",
-	    st->disk_io_errors);
-	one(fp, "disk_write_queue", "gauge", "Write-behind jobs queued or being written.",
-	    st->disk_queued);
+	const struct cache_stats *cs = &st->cache;
+
+	by_result(fp, "fetches_total", "Block fetches from the store, by result.",
+		  sub0(cs->fetches, cs->fetch_errors), cs->fetch_errors);
+	by_result(fp, "store_requests_total",
+		  "Store operations (stat, list, readlink, read), by final result after retries; "
+		  "\"not found\" counts as ok.",
+		  sub0(cs->store_requests, cs->store_errors), cs->store_errors);
+	/* GPU loads (MCFS_IOC_LOAD); throughput is rate(bytes) / rate(seconds). */
+	by_result(fp, "gpu_loads_total", "GPU loads served, by result.", st->gpu_loads,
+		  st->gpu_load_errors);
+	head(fp, "gpu_load_seconds_total", "counter", "Seconds spent in GPU loads that succeeded.");
+	fprintf(fp, "mcfs_gpu_load_seconds_total %.6f\n", (double)st->gpu_load_ns / 1e9);
+	if (cs->disk_state != 0) {
+		head(fp, "disk_full", "gauge", "1 when the cache disk filled up (RAM only since).");
+		fprintf(fp, "mcfs_disk_full %d\n", cs->disk_state == 2);
+	}
 }
 
-static void render_fetches(FILE *fp, const struct cache_stats *st)
+static void render_fetch_latency(FILE *fp, const struct cache_stats *st)
 {
 	static const double bounds[CACHE_LAT_BUCKETS] = CACHE_LAT_BOUNDS;
 	uint64_t cum = 0;
 	int i;
-
-	head(fp, "fetches_total", "counter", "Block fetches from the store, by result.");
-	fprintf(fp, "mcfs_fetches_total{result=\"ok\"} %llu\n",
-		(unsigned long long)sub0(st->fetches, st->fetch_errors));
-	fprintf(fp, "mcfs_fetches_total{result=\"error\"} %llu\n",
-		(unsigned long long)st->fetch_errors);
-	one(fp, "fetched_bytes_total", "counter", "Bytes of blocks fetched from the store.",
-	    st->fetched_bytes);
-	one(fp, "fetches_inflight", "gauge", "Block fetches running now.", st->inflight);
-	one(fp, "prefetches_total", "counter", "Fetches started by readahead or prefetch.",
-	    st->prefetches);
-	one(fp, "prefetch_unused_total", "counter", "Prefetched blocks evicted before any read.",
-	    st->prefetch_unused);
-	one(fp, "prefetch_bytes", "gauge", "Readahead memory in use (budget: prefetch_mem).",
-	    st->prefetch_bytes);
 
 	head(fp, "fetch_duration_seconds", "histogram",
 	     "Time to fetch one block from the store, done or failed.");
@@ -180,66 +142,30 @@ static void render_readahead(FILE *fp, const struct cache_stats *st)
 	fprintf(fp, "mcfs_readahead_window_blocks_count %llu\n", (unsigned long long)cum);
 }
 
-static void render_store(FILE *fp, const struct cache_stats *cs)
-{
-	head(fp, "store_requests_total", "counter",
-	     "Store operations (stat, list, readlink, read), by final result after retries; "
-	     "\"not found\" counts as ok.");
-	fprintf(fp, "mcfs_store_requests_total{result=\"ok\"} %llu\n",
-		(unsigned long long)sub0(cs->store_requests, cs->store_errors));
-	fprintf(fp, "mcfs_store_requests_total{result=\"error\"} %llu\n",
-		(unsigned long long)cs->store_errors);
-	one(fp, "store_read_requests_total", "counter", "Ranged reads issued to the store.",
-	    cs->store_reads);
-	one(fp, "store_read_bytes_total", "counter", "Bytes received by reads from the store.",
-	    cs->store_bytes);
-	one(fp, "store_retries_total", "counter", "Store attempts retried after an error.",
-	    cs->store_retries);
-}
-
 static void render_process(FILE *fp, const struct fs_session *s)
 {
 	head(fp, "build_info", "gauge", "Version and store kind of this daemon; always 1.");
 	fprintf(fp, "mcfs_build_info{version=\"%s\",store=\"%s\"} 1\n", MCFS_VERSION,
-		s->cache ? cache_store_kind(s->cache) : "none");
+		cache_store_kind(s->cache));
 	head(fp, "uptime_seconds", "gauge", "Seconds since the file system was mounted.");
 	fprintf(fp, "mcfs_uptime_seconds %.3f\n", (double)(mcfs_now_ns() - s->started_ns) / 1e9);
 }
 
-/* GPU loads (MCFS_IOC_LOAD); throughput is rate(bytes) / rate(seconds). */
-static void render_gpu(FILE *fp, struct fs_session *s)
-{
-	head(fp, "gpu_loads_total", "counter", "GPU loads served, by result.");
-	fprintf(fp, "mcfs_gpu_loads_total{result=\"ok\"} %llu\n",
-		(unsigned long long)atomic_load_explicit(&s->gpu_loads, memory_order_relaxed));
-	fprintf(
-	    fp, "mcfs_gpu_loads_total{result=\"error\"} %llu\n",
-	    (unsigned long long)atomic_load_explicit(&s->gpu_load_errors, memory_order_relaxed));
-	one(fp, "gpu_load_bytes_total", "counter", "Bytes copied to GPU memory by loads.",
-	    atomic_load_explicit(&s->gpu_load_bytes, memory_order_relaxed));
-	head(fp, "gpu_load_seconds_total", "counter", "Seconds spent in GPU loads that succeeded.");
-	fprintf(fp, "mcfs_gpu_load_seconds_total %.6f\n",
-		(double)atomic_load_explicit(&s->gpu_load_ns, memory_order_relaxed) / 1e9);
-}
-
 /* Renders the whole exposition. Returns 0 with *buf (caller frees) or -ENOMEM. */
-static int render(const struct fs_session *s, char **buf, size_t *len)
+static int render(struct fs_session *s, char **buf, size_t *len)
 {
-	struct cache_stats st;
+	struct fs_stats st;
 	FILE *fp;
 
 	fp = open_memstream(buf, len);
 	if (!fp)
 		return -ENOMEM;
+	fs_stats_get(s, &st);
 	render_process(fp, s);
-	render_gpu(fp, (struct fs_session *)s);
-	if (s->cache) {
-		cache_get_stats(s->cache, &st);
-		render_tiers(fp, &st);
-		render_fetches(fp, &st);
-		render_readahead(fp, &st);
-		render_store(fp, &st);
-	}
+	fs_stats_prom(fp, &st);
+	render_derived(fp, &st);
+	render_fetch_latency(fp, &st.cache);
+	render_readahead(fp, &st.cache);
 	if (ferror(fp)) {
 		fclose(fp);
 		free(*buf);

@@ -3,10 +3,11 @@
  * served over HTTP on the address of the `metrics` key (host:port).
  *
  * The exporter owns one libmicrohttpd daemon with its own internal thread. A
- * scrape of GET /metrics takes a snapshot of cache_get_stats() and
- * remote_get_stats() (both lock-free or briefly locked, never across I/O) and
- * renders it; nothing is kept between scrapes, so the exporter holds no lock
- * of the cache and adds nothing to the read path.
+ * scrape of GET /metrics takes a snapshot of the counters (fs_stats_get():
+ * lock-free or briefly locked, never across I/O) and renders it; nothing is
+ * kept between scrapes, so the exporter holds no lock of the cache and adds
+ * nothing to the read path. The families are the counter table's
+ * (cache/counters.h) plus the few fs/metrics.c works out from it.
  *
  * Threads: start and stop from main() only; scrapes run on the exporter's
  * thread and only read the session.
@@ -25,7 +26,7 @@ struct fs_metrics;
  * Otherwise binds only that address and returns 0 with *out set, or a
  * negative errno after logging why (-EADDRINUSE, -EADDRNOTAVAIL, -EACCES, or
  * -EINVAL for a host that does not resolve); *out is untouched on error.
- * @s is borrowed: s->cache and s->remote must exist and outlive the exporter.
+ * @s is borrowed: s->cache must exist, and both outlive the exporter.
  */
 MCFS_MUST_CHECK int fs_metrics_start(struct fs_session *s, struct fs_metrics **out);
 

@@ -103,35 +103,33 @@ int fs_mount_check_target(const char *path, char *abs, size_t len)
 
 	rc = absolute(path, plain, sizeof(plain));
 	if (rc < 0) {
-		fprintf(stderr, "mcfs: mount point %s: %s\n", path, strerror(-rc));
+		MCFS_ERR("mount point %s: %s", path, strerror(-rc));
 		return rc;
 	}
 	if (stat(plain, &st) < 0) {
 		rc = -errno;
 		if (rc == -ENOTCONN)
-			fprintf(stderr,
-				"mcfs: mount point %s is a dead FUSE mount (its daemon is gone): "
-				"run `mcfs umount %s` first\n",
-				path, path);
+			MCFS_ERR("mount point %s is a dead FUSE mount (its daemon is gone): run "
+				 "`mcfs umount %s` first",
+				 path, path);
 		else
-			fprintf(stderr, "mcfs: mount point %s: %s\n", path, strerror(-rc));
+			MCFS_ERR("mount point %s: %s", path, strerror(-rc));
 		return rc;
 	}
 	if (!S_ISDIR(st.st_mode)) {
-		fprintf(stderr, "mcfs: mount point %s is not a directory\n", path);
+		MCFS_ERR("mount point %s is not a directory", path);
 		return -ENOTDIR;
 	}
 	if (!realpath(plain, abs)) {
 		rc = -errno;
-		fprintf(stderr, "mcfs: mount point %s: %s\n", path, strerror(-rc));
+		MCFS_ERR("mount point %s: %s", path, strerror(-rc));
 		return rc;
 	}
 	(void)len;
 	if (fs_mount_find(abs, NULL, 0, fstype, sizeof(fstype)) == 1) {
-		fprintf(stderr,
-			"mcfs: %s is already mounted (%s): unmount it first (`mcfs umount %s`) "
-			"or pick another mount point\n",
-			abs, fstype, abs);
+		MCFS_ERR("%s is already mounted (%s): unmount it first (`mcfs umount %s`) or pick "
+			 "another mount point",
+			 abs, fstype, abs);
 		return -EBUSY;
 	}
 	return 0;
@@ -187,7 +185,8 @@ static bool alive(pid_t pid)
 	fp = fopen(path, "r");
 	if (!fp)
 		return false;
-	if (fgets(buf, sizeof(buf), fp) && (p = strrchr(buf, ')')) != NULL)
+	p = fgets(buf, sizeof(buf), fp) ? strrchr(buf, ')') : NULL;
+	if (p)
 		state = p[2];
 	fclose(fp);
 	return state != 'Z' && state != 'X';
@@ -227,11 +226,11 @@ int fs_umount(const char *path, bool lazy)
 			rc = -EINVAL;
 	}
 	if (rc < 0) {
-		fprintf(stderr, "mcfs: %s is not mounted\n", path);
+		MCFS_ERR("%s is not mounted", path);
 		return rc;
 	}
 	if (strncmp(fstype, "fuse", 4) != 0) {
-		fprintf(stderr, "mcfs: %s is a %s mount, not mcfs: not touching it\n", abs, fstype);
+		MCFS_ERR("%s is a %s mount, not mcfs: not touching it", abs, fstype);
 		return -EINVAL;
 	}
 	pid = daemon_pid(abs);
@@ -240,14 +239,13 @@ int fs_umount(const char *path, bool lazy)
 	else
 		rc = run_fusermount(abs, lazy);
 	if (rc == -EBUSY) {
-		fprintf(stderr,
-			"mcfs: %s is busy (files are open: see `fuser -vm %s`); `mcfs umount -l` "
-			"detaches it now and finishes when they close\n",
-			abs, abs);
+		MCFS_ERR("%s is busy (files are open: see `fuser -vm %s`); `mcfs umount -l` "
+			 "detaches it now and finishes when they close",
+			 abs, abs);
 		return rc;
 	}
 	if (rc < 0) {
-		fprintf(stderr, "mcfs: cannot unmount %s: %s\n", abs, strerror(-rc));
+		MCFS_ERR("cannot unmount %s: %s", abs, strerror(-rc));
 		return rc;
 	}
 	/* The daemon ends its loop, waits for fetches in flight and flushes: wait for
@@ -255,7 +253,7 @@ int fs_umount(const char *path, bool lazy)
 	for (i = 0; pid > 0 && !lazy && i < 3000 && alive(pid); i++)
 		nanosleep(&ts, NULL);
 	if (pid > 0 && alive(pid))
-		fprintf(stderr, "mcfs: %s unmounted; daemon %d is still finishing%s\n", abs,
-			(int)pid, lazy ? " (it ends when the open files close)" : "");
+		MCFS_WARN("%s unmounted; daemon %d is still finishing%s", abs, (int)pid,
+			  lazy ? " (it ends when the open files close)" : "");
 	return 0;
 }

@@ -2,16 +2,15 @@
  * ops.c - the FUSE low-level operations: a read-only view of the store.
  *
  * Names and attributes come from the inode table (inode.c); bytes come from
- * the block cache. A read inside one block is answered straight from the
- * block's slot (fuse_reply_data with the slot's memory: one writev, no extra
- * copy) while a reference pins the block; a read that straddles blocks holds
- * one block at a time and copies into a reply buffer, so a reader never
- * holds two slots and readers can't deadlock over a small RAM tier.
+ * the cache, one cache_read() per READ: it hands back either a pointer into
+ * a pinned block (replied with fuse_reply_data: one writev from the slot, no
+ * extra copy) or a copy across blocks, and fs/ releases it after the reply.
  * Every write-like operation answers EROFS. One reply per request.
  */
 #define _GNU_SOURCE
 #include "fs_int.h"
 #include "inode.h"
+#include "stats.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -27,7 +26,7 @@
 #define XATTR_VERSION "user.mcfs.version"
 /*
  * Reading this (unlisted) name of a file drops the file's cached blocks from
- * both tiers and answers the bytes dropped: `mcfs evict`. A read, not a
+ * both tiers and answers the bytes dropped from each: `mcfs evict`. A read, not a
  * setxattr, because the mount is read-only and the VFS refuses setxattr on
  * it (EROFS) before we see it. Unlisted, so `getfattr -d` never triggers it;
  * a size probe (size 0) drops nothing; and only root or the daemon's own
@@ -35,9 +34,6 @@
  * model must not be able to evict it for every other pod).
  */
 #define XATTR_EVICT "user.mcfs.evict"
-
-/* A random read's partial fetch is aligned to pages: O_DIRECT needs it. */
-#define READ_ALIGN 4096u
 
 static void fs_init(void *userdata, struct fuse_conn_info *conn)
 {
@@ -59,6 +55,7 @@ static void fs_init(void *userdata, struct fuse_conn_info *conn)
 		conn->want &=
 		    ~(FUSE_CAP_SPLICE_WRITE | FUSE_CAP_SPLICE_MOVE | FUSE_CAP_SPLICE_READ);
 	}
+	fs_conn_init(s, conn); /* requests over 1 MiB, io_uring */
 	MCFS_DEBUG("fuse init: proto %u.%u max_write %u max_readahead %u want 0x%x",
 		   conn->proto_major, conn->proto_minor, conn->max_write, conn->max_readahead,
 		   conn->want);
@@ -125,10 +122,11 @@ static void handle_link(struct fs_session *s, struct fs_handle *h)
 	pthread_mutex_unlock(&s->handles_lock);
 }
 
-/* Unlinks and frees @h: its stream and its file reference. */
-static void handle_free(struct fs_session *s, struct fs_handle *h)
+/* Unlinks and frees @h: its stream and its file reference. @req (NULL at
+ * teardown) unregisters a backing file whose last passthrough open this is. */
+static void handle_free(struct fs_session *s, fuse_req_t req, struct fs_handle *h)
 {
-	struct fs_open_mode mode = {h->keep_cache, h->direct_io};
+	struct fs_open_mode mode = {h->keep_cache, h->direct_io, h->passthrough, 0};
 
 	pthread_mutex_lock(&s->handles_lock);
 	if (h->prev)
@@ -138,7 +136,7 @@ static void handle_free(struct fs_session *s, struct fs_handle *h)
 	if (h->next)
 		h->next->prev = h->prev;
 	pthread_mutex_unlock(&s->handles_lock);
-	fs_inode_close(s, h->ino, &mode);
+	fs_inode_close(s, req, h->ino, h->file, &mode);
 	cache_stream_free(h->stream);
 	cache_file_put(s->cache, h->file);
 	free(h);
@@ -147,13 +145,13 @@ static void handle_free(struct fs_session *s, struct fs_handle *h)
 void fs_handles_free_all(struct fs_session *s)
 {
 	while (s->handles)
-		handle_free(s, s->handles);
+		handle_free(s, NULL, s->handles);
 }
 
 static void fs_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
 	struct fs_session *s = fs_sess(req);
-	struct fs_open_mode mode = {false, false};
+	struct fs_open_mode mode = {false, false, false, 0};
 	struct fs_handle *h;
 	int rc;
 
@@ -171,10 +169,13 @@ static void fs_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	if (rc == 0) {
 		rc = cache_stream_new(s->cache, h->file, &h->stream);
 		if (rc < 0) {
+			fs_inode_close(s, req, ino, h->file, &mode);
 			cache_file_put(s->cache, h->file);
-			fs_inode_close(s, ino, &mode);
 		}
 	}
+	/* A complete file: the kernel may read its backing file itself. */
+	if (rc == 0 && atomic_load(&s->conn.pt_on))
+		fs_inode_passthrough(s, req, ino, h->file, &mode);
 	if (rc < 0) {
 		free(h);
 		fuse_reply_err(req, -rc);
@@ -183,63 +184,27 @@ static void fs_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	fi->fh = (uint64_t)(uintptr_t)h;
 	h->keep_cache = mode.keep_cache;
 	h->direct_io = mode.direct_io;
+	h->passthrough = mode.passthrough;
 	fi->keep_cache = mode.keep_cache;
 	fi->direct_io = mode.direct_io;
+#ifdef MCFS_FUSE_PASSTHROUGH
+	fi->backing_id = mode.passthrough ? mode.backing_id : 0; /* FOPEN_PASSTHROUGH */
+#endif
+	if (mode.passthrough)
+		atomic_fetch_add_explicit(&s->passthrough_opens, 1, memory_order_relaxed);
 	fi->noflush = 1;
 	handle_link(s, h);
-	if (fuse_reply_open(req, fi) != 0) /* interrupted: no release will come */
-		handle_free(s, h);
+	/* Interrupted: no release will come. The request is gone with the failed
+	 * reply, so a backing id registered for it stays until unmount. */
+	if (fuse_reply_open(req, fi) != 0)
+		handle_free(s, NULL, h);
 }
 
 static void fs_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
 	(void)ino;
-	handle_free(fs_sess(req), (struct fs_handle *)(uintptr_t)fi->fh);
+	handle_free(fs_sess(req), req, (struct fs_handle *)(uintptr_t)fi->fh);
 	fuse_reply_err(req, 0);
-}
-
-/*
- * Gets the block holding byte @off of @f, for reading @n of its bytes from
- * there (@n is cut at the block's end). A random reader's miss fetches just
- * the pages it reads; a streaming reader's, the whole block.
- * Returns 0 with *b (drop with cache_block_put), *in and *n set, or -errno.
- */
-static int get_part(struct fs_session *s, struct fs_handle *h, uint64_t off, size_t *n,
-		    struct cache_block **b, uint32_t *in)
-{
-	uint64_t bs = s->cfg.block_size, start = off - off % bs;
-	uint32_t blen = (uint32_t)MCFS_MIN(bs, cache_file_size(h->file) - start);
-	uint32_t lo = 0, hi = blen;
-
-	*in = (uint32_t)(off - start);
-	*n = MCFS_MIN(*n, (size_t)(blen - *in));
-	if (cache_stream_random(h->stream)) {
-		lo = *in & ~(READ_ALIGN - 1);
-		hi = (uint32_t)MCFS_MIN((uint64_t)blen, ((uint64_t)*in + *n + READ_ALIGN - 1) &
-							    ~(uint64_t)(READ_ALIGN - 1));
-	}
-	return cache_block_get_range(s->cache, h->file, off / bs, lo, hi, b);
-}
-
-/* Copies [off, off+size) of the file into buf, one block reference at a time. */
-static int read_copy(struct fs_session *s, struct fs_handle *h, uint64_t off, size_t size,
-		     char *buf)
-{
-	struct cache_block *b;
-	size_t done = 0, n;
-	uint32_t in;
-	int rc;
-
-	while (done < size) {
-		n = size - done;
-		rc = get_part(s, h, off + done, &n, &b, &in);
-		if (rc < 0)
-			return rc;
-		memcpy(buf + done, cache_block_data(b) + in, n);
-		cache_block_put(s->cache, b);
-		done += n;
-	}
-	return 0;
 }
 
 /*
@@ -259,48 +224,28 @@ static void fs_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 		    struct fuse_file_info *fi)
 {
 	struct fs_handle *h = (struct fs_handle *)(uintptr_t)fi->fh;
-	struct fs_session *s = fs_sess(req);
-	uint64_t fsize = cache_file_size(h->file), bs = s->cfg.block_size;
 	struct fuse_bufvec bv = FUSE_BUFVEC_INIT(0);
-	struct cache_block *b;
-	char *buf;
+	struct cache_read_reply r;
 	int rc;
 
-	if (off < 0 || (uint64_t)off >= fsize || size == 0) {
+	if (off < 0) {
 		fuse_reply_buf(req, NULL, 0);
 		return;
 	}
-	size = (size_t)MCFS_MIN((uint64_t)size, fsize - (uint64_t)off);
-	atomic_fetch_add_explicit(&s->reads, 1, memory_order_relaxed);
-	atomic_fetch_add_explicit(&s->read_bytes, size, memory_order_relaxed);
-	cache_stream_access(h->stream, (uint64_t)off, size);
-	if ((uint64_t)off / bs == ((uint64_t)off + size - 1) / bs) {
-		size_t n = size;
-		uint32_t in;
-
-		rc = get_part(s, h, (uint64_t)off, &n, &b, &in);
-		if (rc < 0) {
-			read_failed(req, ino, rc);
-			return;
-		}
-		/* Zero copy: the reply is written from the slot while our reference pins it. */
-		bv.buf[0].size = size;
-		bv.buf[0].mem = (char *)cache_block_data(b) + in;
-		fuse_reply_data(req, &bv, 0);
-		cache_block_put(s->cache, b);
-		return;
-	}
-	buf = malloc(size);
-	if (!buf) {
-		fuse_reply_err(req, ENOMEM);
-		return;
-	}
-	rc = read_copy(s, h, (uint64_t)off, size, buf);
-	if (rc < 0)
+	rc = cache_read(h->stream, (uint64_t)off, size, &r);
+	if (rc < 0) {
 		read_failed(req, ino, rc);
-	else
-		fuse_reply_buf(req, buf, size);
-	free(buf);
+		return;
+	}
+	if (r.pinned) {
+		/* Zero copy: the reply is written from the block's slot, pinned until done. */
+		bv.buf[0].size = r.len;
+		bv.buf[0].mem = (char *)r.data;
+		fuse_reply_data(req, &bv, 0);
+	} else {
+		fuse_reply_buf(req, r.data, r.len); /* a copy across blocks, or EOF */
+	}
+	cache_read_done(&r);
 }
 
 static void fs_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
@@ -401,86 +346,42 @@ static void fs_readdirplus(fuse_req_t req, fuse_ino_t ino, size_t size, off_t of
 static void fs_statfs(fuse_req_t req, fuse_ino_t ino)
 {
 	struct fs_session *s = fs_sess(req);
-	uint64_t total = 0, avail = 0;
+	uint64_t total, avail;
 	struct statvfs sv;
 
 	(void)ino;
-	if (remote_statfs(s->remote, &total, &avail) < 0)
-		total = avail = 0; /* object stores have no capacity to report */
+	cache_statfs(s->cache, &total, &avail); /* 0 and 0 from object stores */
 	memset(&sv, 0, sizeof(sv));
 	sv.f_bsize = 4096;
 	sv.f_frsize = 4096;
 	sv.f_blocks = total / 4096;
 	sv.f_bfree = avail / 4096;
 	sv.f_bavail = avail / 4096;
-	sv.f_namemax = REMOTE_NAME_MAX - 1;
+	sv.f_namemax = CACHE_NAME_MAX - 1;
 	sv.f_flag = ST_RDONLY;
 	fuse_reply_statfs(req, &sv);
-}
-
-/* The disk tier's counters as "key value" lines (issue 5). Returns the length. */
-static int disk_stats_text(const struct cache_stats *cs, char *buf, size_t len)
-{
-	return snprintf(
-	    buf, len,
-	    "disk_state %d\ndisk_slots %" PRIu64 "\ndisk_slots_used %" PRIu64
-	    "\ndisk_bytes_limit %" PRIu64 "\ndisk_bytes_used %" PRIu64 "\ndisk_hits %" PRIu64
-	    "\ndisk_misses %" PRIu64 "\ndisk_read_bytes %" PRIu64 "\ndisk_writes %" PRIu64
-	    "\ndisk_written_bytes %" PRIu64 "\ndisk_write_drops %" PRIu64
-	    "\ndisk_csum_errors %" PRIu64 "\ndisk_io_errors %" PRIu64 "\ndisk_evictions %" PRIu64
-	    "\ndisk_queued %" PRIu64 "\n",
-	    cs->disk_state, cs->disk_slots, cs->disk_slots_used, cs->disk_bytes_limit,
-	    cs->disk_bytes_used, cs->disk_hits, cs->disk_misses, cs->disk_read_bytes,
-	    cs->disk_writes, cs->disk_written_bytes, cs->disk_write_drops, cs->disk_csum_errors,
-	    cs->disk_io_errors, cs->disk_evictions, cs->disk_queued);
-}
-
-/* Renders the counters as "key value" lines. Returns the length. */
-static int stats_text(struct fs_session *s, char *buf, size_t len)
-{
-	struct cache_stats cs;
-	int n;
-
-	cache_get_stats(s->cache, &cs);
-	n = snprintf(buf, len,
-		     "pid %d\nblock_size %" PRIu64 "\nslots %" PRIu64 "\nslots_used %" PRIu64
-		     "\nhits %" PRIu64 "\nmisses %" PRIu64 "\nwaits %" PRIu64 "\nevictions %" PRIu64
-		     "\nfetches %" PRIu64 "\nfetch_errors %" PRIu64 "\nfetched_bytes %" PRIu64
-		     "\nprefetches %" PRIu64 "\nprefetch_unused %" PRIu64 "\ninflight %" PRIu64
-		     "\nstore_requests %" PRIu64 "\nstore_reads %" PRIu64 "\nstore_bytes %" PRIu64
-		     "\nstore_errors %" PRIu64 "\nstore_retries %" PRIu64 "\nfuse_reads %" PRIu64
-		     "\nfuse_read_bytes %" PRIu64 "\nram_prefault %d\nram_faulted_bytes %" PRIu64
-		     "\n",
-		     (int)getpid(), cs.block_size, cs.slots, cs.slots_used, cs.hits, cs.misses,
-		     cs.waits, cs.evictions, cs.fetches, cs.fetch_errors, cs.fetched_bytes,
-		     cs.prefetches, cs.prefetch_unused, cs.inflight, cs.store_requests,
-		     cs.store_reads, cs.store_bytes, cs.store_errors, cs.store_retries,
-		     atomic_load_explicit(&s->reads, memory_order_relaxed),
-		     atomic_load_explicit(&s->read_bytes, memory_order_relaxed), cs.ram_prefault,
-		     cs.ram_faulted_bytes);
-	if (n >= 0 && (size_t)n < len)
-		n += disk_stats_text(&cs, buf + n, len - (size_t)n);
-	return n;
 }
 
 /* Value of one of our xattrs for @ino into buf; returns its length or -ENODATA. */
 static int xattr_value(struct fs_session *s, fuse_ino_t ino, const char *name, char *buf,
 		       size_t len)
 {
+	struct cache_evicted ev;
 	struct cache_file *f;
 	int rc, n;
 
 	if (ino == FUSE_ROOT_ID && strcmp(name, XATTR_STATS) == 0)
-		return stats_text(s, buf, len);
+		return fs_stats_xattr(s, buf, len);
 	if (strcmp(name, XATTR_CACHED) != 0 && strcmp(name, XATTR_VERSION) != 0 &&
 	    strcmp(name, XATTR_EVICT) != 0)
 		return -ENODATA;
 	rc = fs_inode_file(s, ino, &f);
 	if (rc < 0)
 		return rc == -EISDIR || rc == -EINVAL ? -ENODATA : rc;
-	if (strcmp(name, XATTR_EVICT) == 0)
-		n = snprintf(buf, len, "%" PRIu64, cache_evict_file(s->cache, f));
-	else if (strcmp(name, XATTR_CACHED) == 0)
+	if (strcmp(name, XATTR_EVICT) == 0) {
+		cache_evict_file(s->cache, f, &ev);
+		n = fs_evict_text(&ev, buf, len);
+	} else if (strcmp(name, XATTR_CACHED) == 0)
 		n = snprintf(buf, len, "%" PRIu64, cache_file_cached_bytes(s->cache, f));
 	else
 		n = snprintf(buf, len, "%s", cache_file_version(f));
@@ -493,6 +394,7 @@ static void fs_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name, size_t
 	char buf[4096];
 	int n;
 
+	fs_conn_note_req(fs_sess(req), req); /* is io_uring in use? (fs_conn_check) */
 	if (strcmp(name, XATTR_EVICT) == 0) {
 		uid_t uid = fuse_req_ctx(req)->uid;
 
@@ -501,7 +403,7 @@ static void fs_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name, size_t
 			return;
 		}
 		if (size == 0) {
-			fuse_reply_xattr(req, 20); /* room for any uint64_t */
+			fuse_reply_xattr(req, FS_EVICT_TEXT_MAX); /* room for any answer */
 			return;
 		}
 	}
@@ -643,9 +545,7 @@ const struct fuse_lowlevel_ops fs_ops = {
     .statfs = fs_statfs,
     .getxattr = fs_getxattr,
     .listxattr = fs_listxattr,
-#ifdef MCFS_HAVE_IOCTL
     .ioctl = fs_ioctl,
-#endif
     .setattr = fs_setattr,
     .mknod = fs_mknod,
     .mkdir = fs_mkdir,

@@ -20,6 +20,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <ftw.h>
+#include <getopt.h>
 #include <inttypes.h>
 #include <limits.h>
 #include <stdbool.h>
@@ -129,7 +130,7 @@ static double now_s(void)
 
 static void draw(bool quiet, uint64_t done, uint64_t total, double t0)
 {
-	char a[32], b[32];
+	char a[32], b[32], r[32];
 	double el = now_s() - t0, frac = total ? (double)done / (double)total : 1.0;
 	int i, w = 30;
 
@@ -138,8 +139,9 @@ static void draw(bool quiet, uint64_t done, uint64_t total, double t0)
 	fprintf(stderr, "\r[");
 	for (i = 0; i < w; i++)
 		fputc(i < (int)(frac * w) ? '#' : ' ', stderr);
-	fprintf(stderr, "] %s / %s  %.0f MB/s ", mcfs_fmt_bytes(done, a, sizeof(a)),
-		mcfs_fmt_bytes(total, b, sizeof(b)), el > 0 ? (double)done / el / 1e6 : 0.0);
+	fprintf(stderr, "] %s / %s  %s ", mcfs_fmt_bytes(done, a, sizeof(a)),
+		mcfs_fmt_bytes(total, b, sizeof(b)),
+		mcfs_fmt_rate(el > 0 ? (double)done / el : 0.0, r, sizeof(r)));
 }
 
 /* Warms one file. Returns 0 or a negative errno after printing why. */
@@ -153,8 +155,10 @@ static int warm_file(const char *path, uint64_t size, const char *root, uint64_t
 
 	fd = open(path, O_RDONLY | O_CLOEXEC);
 	if (fd < 0) {
-		fprintf(stderr, "mcfs prefetch: %s: %s\n", path, strerror(errno));
-		return -errno;
+		int e = errno;
+
+		MCFS_ERR("prefetch: %s: %s", path, strerror(e));
+		return -e;
 	}
 	while (size > 0) {
 		if (cursor < size) {
@@ -164,9 +168,11 @@ static int warm_file(const char *path, uint64_t size, const char *root, uint64_t
 			if (ioctl(fd, MCFS_IOC_PREFETCH, &req) < 0) {
 				int e = errno;
 
-				fprintf(stderr, "\nmcfs prefetch: %s: %s\n", path,
-					e == ENOTTY || e == EINVAL ? "not a file of an mcfs mount"
-								   : strerror(e));
+				if (!quiet && isatty(STDERR_FILENO))
+					fputc('\n', stderr); /* end the progress bar's line */
+				MCFS_ERR("prefetch: %s: %s", path,
+					 e == ENOTTY || e == EINVAL ? "not a file of an mcfs mount"
+								    : strerror(e));
 				close(fd);
 				return -e;
 			}
@@ -193,8 +199,11 @@ static int warm_file(const char *path, uint64_t size, const char *root, uint64_t
 
 int fs_cmd_prefetch(int argc, char **argv)
 {
+	static const struct option longopts[] = {{"quiet", no_argument, NULL, 'q'},
+						 {"help", no_argument, NULL, 'h'},
+						 {NULL, 0, NULL, 0}};
 	struct job j = {0};
-	char root[PATH_MAX], a[32];
+	char root[PATH_MAX], a[32], r[32];
 	bool quiet = false;
 	struct stat st;
 	uint64_t base = 0;
@@ -203,26 +212,30 @@ int fs_cmd_prefetch(int argc, char **argv)
 	size_t k;
 
 	optind = 1;
-	while ((c = getopt(argc, argv, "qh")) != -1) {
-		if (c == 'q') {
+	opterr = 0;
+	for (;;) {
+		c = getopt_long(argc, argv, ":qh", longopts, NULL);
+		if (c == -1)
+			break;
+		if (c == 'q')
 			quiet = true;
-		} else {
-			fprintf(stderr, "usage: mcfs prefetch [-q] PATH...\n");
-			return c == 'h' ? 0 : 2;
-		}
+		else if (c == 'h') /* main() answers a lone -h first; this is -qh */
+			return fs_cli_help("prefetch");
+		else
+			return fs_cli_bad_option("prefetch", c, argv);
 	}
 	if (optind >= argc) {
-		fprintf(stderr, "usage: mcfs prefetch [-q] PATH...\n");
-		return 2;
+		MCFS_ERR("prefetch needs at least one PATH");
+		return fs_cli_usage("prefetch");
 	}
 	for (i = optind; i < argc && rc == 0; i++) {
 		if (stat(argv[i], &st) < 0) {
-			fprintf(stderr, "mcfs prefetch: %s: %s\n", argv[i], strerror(errno));
 			rc = -errno;
+			MCFS_ERR("prefetch: %s: %s", argv[i], strerror(-rc));
 		} else if (S_ISDIR(st.st_mode)) {
 			walking = &j;
 			if (nftw(argv[i], on_entry, 16, FTW_PHYS) != 0) {
-				fprintf(stderr, "mcfs prefetch: cannot walk %s\n", argv[i]);
+				MCFS_ERR("prefetch: cannot walk %s: %s", argv[i], strerror(errno));
 				rc = -EIO;
 			}
 		} else {
@@ -239,9 +252,9 @@ int fs_cmd_prefetch(int argc, char **argv)
 	if (!quiet && isatty(STDERR_FILENO))
 		fputc('\n', stderr);
 	if (rc == 0)
-		printf("prefetched %zu file(s), %s in %.2f s (%.0f MB/s)\n", j.n,
+		printf("prefetched %zu file(s), %s in %.2f s (%s)\n", j.n,
 		       mcfs_fmt_bytes(j.total, a, sizeof(a)), el,
-		       el > 0 ? (double)j.total / el / 1e6 : 0.0);
+		       mcfs_fmt_rate(el > 0 ? (double)j.total / el : 0.0, r, sizeof(r)));
 	free_job(&j);
 	return rc == 0 ? 0 : 1;
 }

@@ -3,11 +3,13 @@
  *
  * Both talk to the daemon through the mount's extended attributes, so they
  * need no socket and work for whoever can read the mount:
- *   status: reads the root's user.mcfs.stats ("key value" lines) and prints
- *           the RAM tier, the disk tier, the store and what is in flight;
+ *   status: reads the root's user.mcfs.stats ("key value" lines, parsed by
+ *           fs_stats_parse(): a key it lacks is an error, never a 0) and
+ *           prints the RAM tier, the disk tier (or why there is none), the
+ *           store and what is in flight;
  *   evict:  reads user.mcfs.evict of each file (directories: every file
  *           below), which drops the file's blocks from both tiers and
- *           answers the bytes dropped (see ops.c for why a read).
+ *           answers the bytes dropped from each (see ops.c for why a read).
  */
 #define _GNU_SOURCE
 #include "cli.h"
@@ -22,110 +24,113 @@
 #include <sys/xattr.h>
 
 #include "mcfs.h"
+#include "stats.h"
 
 #define STATUS_MAX 8192
-
-struct kv {
-	char key[64];
-	unsigned long long val;
-};
-
-/* Value of @key in the parsed stats, 0 if absent (an older daemon). */
-static unsigned long long get(const struct kv *kv, size_t n, const char *key)
-{
-	size_t i;
-
-	for (i = 0; i < n; i++)
-		if (strcmp(kv[i].key, key) == 0)
-			return kv[i].val;
-	return 0;
-}
 
 static double pct(unsigned long long part, unsigned long long whole)
 {
 	return whole ? 100.0 * (double)part / (double)whole : 0.0;
 }
 
-static size_t parse(char *text, struct kv *kv, size_t cap)
+/* "off (why[: errno text])": the reason the daemon had for running RAM only. */
+static void print_disk_off(const struct cache_stats *cs)
 {
-	char *save = NULL, *line;
-	size_t n = 0;
-
-	for (line = strtok_r(text, "\n", &save); line && n < cap;
-	     line = strtok_r(NULL, "\n", &save)) {
-		if (sscanf(line, "%63s %llu", kv[n].key, &kv[n].val) == 2)
-			n++;
-	}
-	return n;
+	printf("  disk tier:  off (%s", cache_disk_off_text((int)cs->disk_off_reason));
+	if (cs->disk_off_errno)
+		printf(": %s", strerror((int)cs->disk_off_errno));
+	printf(")\n");
 }
 
-static void print_status(const char *mnt, const struct kv *kv, size_t n)
+static void print_status(const char *mnt, const struct fs_stats *st)
 {
-	unsigned long long bs = get(kv, n, "block_size"), hits = get(kv, n, "hits");
-	unsigned long long ram_gets = hits + get(kv, n, "misses") + get(kv, n, "waits");
-	unsigned long long dh = get(kv, n, "disk_hits"), dm = get(kv, n, "disk_misses");
 	static const char *const states[] = {"off", "on", "FULL (ENOSPC): RAM only"};
-	unsigned long long st = get(kv, n, "disk_state");
+	const struct cache_stats *cs = &st->cache;
+	const struct cache_disk_stats *ds = &cs->disk;
+	unsigned long long ram_gets = cs->hits + cs->misses + cs->waits;
 	char a[32], b[32], c[32];
 
-	printf("mcfs on %s (pid %llu)\n", mnt, get(kv, n, "pid"));
+	printf("mcfs on %s (pid %llu)\n", mnt, (unsigned long long)st->pid);
 	printf("  RAM tier:   %llu of %llu slots used (%s of %s), hit ratio %.1f%% "
 	       "(%llu hits, %llu misses, %llu joined)\n",
-	       get(kv, n, "slots_used"), get(kv, n, "slots"),
-	       mcfs_fmt_bytes(get(kv, n, "slots_used") * bs, a, sizeof(a)),
-	       mcfs_fmt_bytes(get(kv, n, "slots") * bs, b, sizeof(b)), pct(hits, ram_gets), hits,
-	       get(kv, n, "misses"), get(kv, n, "waits"));
-	if (st == 0) {
-		printf("  disk tier:  off (no cache_dir, or it could not be used)\n");
+	       (unsigned long long)cs->slots_used, (unsigned long long)cs->slots,
+	       mcfs_fmt_bytes(cs->slots_used * cs->block_size, a, sizeof(a)),
+	       mcfs_fmt_bytes(cs->slots * cs->block_size, b, sizeof(b)), pct(cs->hits, ram_gets),
+	       (unsigned long long)cs->hits, (unsigned long long)cs->misses,
+	       (unsigned long long)cs->waits);
+	if (cs->disk_state == 0) {
+		print_disk_off(cs);
 	} else {
 		printf("  disk tier:  %s; %llu of %llu blocks, %s of %s used; hit ratio %.1f%% "
 		       "(%llu hits, %llu misses)\n",
-		       states[st < 3 ? st : 1], get(kv, n, "disk_slots_used"),
-		       get(kv, n, "disk_slots"),
-		       mcfs_fmt_bytes(get(kv, n, "disk_bytes_used"), a, sizeof(a)),
-		       mcfs_fmt_bytes(get(kv, n, "disk_bytes_limit"), b, sizeof(b)),
-		       pct(dh, dh + dm), dh, dm);
+		       states[cs->disk_state < 3 ? cs->disk_state : 1],
+		       (unsigned long long)ds->slots_used, (unsigned long long)ds->slots,
+		       mcfs_fmt_bytes(ds->bytes_used, a, sizeof(a)),
+		       mcfs_fmt_bytes(ds->bytes_limit, b, sizeof(b)),
+		       pct(ds->hits, ds->hits + ds->misses), (unsigned long long)ds->hits,
+		       (unsigned long long)ds->misses);
 		printf("              read %s, written %s (%llu blocks), %llu dropped writes, "
 		       "%llu checksum errors, %llu evictions\n",
-		       mcfs_fmt_bytes(get(kv, n, "disk_read_bytes"), a, sizeof(a)),
-		       mcfs_fmt_bytes(get(kv, n, "disk_written_bytes"), b, sizeof(b)),
-		       get(kv, n, "disk_writes"), get(kv, n, "disk_write_drops"),
-		       get(kv, n, "disk_csum_errors"), get(kv, n, "disk_evictions"));
+		       mcfs_fmt_bytes(ds->read_bytes, a, sizeof(a)),
+		       mcfs_fmt_bytes(ds->written_bytes, b, sizeof(b)),
+		       (unsigned long long)ds->writes, (unsigned long long)ds->write_drops,
+		       (unsigned long long)ds->csum_errors, (unsigned long long)ds->evictions);
 	}
 	printf(
 	    "  store:      %s fetched in %llu blocks; %llu requests, %llu errors, %llu retries\n",
-	    mcfs_fmt_bytes(get(kv, n, "fetched_bytes"), c, sizeof(c)), get(kv, n, "fetches"),
-	    get(kv, n, "store_requests"), get(kv, n, "store_errors"), get(kv, n, "store_retries"));
-	printf("  in flight:  %llu fetches, %llu disk writes queued\n", get(kv, n, "inflight"),
-	       get(kv, n, "disk_queued"));
+	    mcfs_fmt_bytes(cs->fetched_bytes, c, sizeof(c)), (unsigned long long)cs->fetches,
+	    (unsigned long long)cs->store_requests, (unsigned long long)cs->store_errors,
+	    (unsigned long long)cs->store_retries);
+	printf("  in flight:  %llu fetches, %llu disk writes queued\n",
+	       (unsigned long long)cs->inflight, (unsigned long long)ds->queued);
+	if (st->fuse_max_request)
+		printf("  FUSE:       requests up to %s, io_uring %s\n",
+		       mcfs_fmt_bytes(st->fuse_max_request, a, sizeof(a)),
+		       st->fuse_io_uring ? "on" : "off");
+	printf("  passthrough: %s; %llu opens, %llu fell back to the cache; %llu backing files "
+	       "(%s), %llu built\n",
+	       st->passthrough ? "on" : "off", (unsigned long long)st->passthrough_opens,
+	       (unsigned long long)st->passthrough_fallbacks, (unsigned long long)cs->backing_files,
+	       mcfs_fmt_bytes(cs->backing_bytes, a, sizeof(a)),
+	       (unsigned long long)cs->backing_builds);
 }
 
 int fs_cmd_status(int argc, char **argv)
 {
-	struct kv kv[128];
+	struct fs_stats st;
+	const char *key;
 	char *text;
 	ssize_t len;
-	size_t n;
+	int rc;
 
 	if (argc != 2 || argv[1][0] == '-') {
-		fprintf(stderr, "usage: mcfs status MOUNTPOINT\n");
-		return argc == 2 && strcmp(argv[1], "-h") == 0 ? 0 : 2;
+		if (argc < 2)
+			MCFS_ERR("status needs one MOUNTPOINT");
+		else
+			MCFS_ERR("status: unexpected '%s'", argv[argc == 2 ? 1 : 2]);
+		return fs_cli_usage("status");
 	}
 	text = malloc(STATUS_MAX);
 	if (!text)
 		return 1;
 	len = getxattr(argv[1], "user.mcfs.stats", text, STATUS_MAX - 1);
 	if (len < 0) {
-		fprintf(stderr, "mcfs status: %s: %s\n", argv[1],
-			errno == ENODATA || errno == ENOTSUP ? "not an mcfs mount point"
-							     : strerror(errno));
+		MCFS_ERR("status: %s: %s", argv[1],
+			 errno == ENODATA || errno == ENOTSUP ? "not an mcfs mount point"
+							      : strerror(errno));
 		free(text);
 		return 1;
 	}
 	text[len] = '\0';
-	n = parse(text, kv, MCFS_ARRAY_SIZE(kv));
-	print_status(argv[1], kv, n);
+	rc = fs_stats_parse(text, &st, &key);
 	free(text);
+	if (rc < 0) {
+		MCFS_ERR("status: %s: the daemon's counters %s '%s': a daemon of another mcfs "
+			 "version? (remount to run this one)",
+			 argv[1], rc == -ENOENT ? "lack" : "have no number for", key);
+		return 1;
+	}
+	print_status(argv[1], &st);
 	return 0;
 }
 
@@ -133,25 +138,35 @@ int fs_cmd_status(int argc, char **argv)
 
 /* nftw gives no user argument: the walk's totals live here for its duration. */
 struct evict_totals {
-	unsigned long long bytes;
+	unsigned long long ram, disk; /* bytes dropped from each tier */
 	unsigned files, errors;
 };
 static struct evict_totals *walk_totals;
 
 static int evict_one(const char *path, struct evict_totals *t)
 {
-	char buf[64];
+	struct cache_evicted ev;
+	char buf[FS_EVICT_TEXT_MAX + 1];
 	ssize_t len = getxattr(path, "user.mcfs.evict", buf, sizeof(buf) - 1);
 
 	if (len < 0) {
-		fprintf(stderr, "mcfs evict: %s: %s\n", path,
-			errno == ENODATA || errno == ENOTSUP ? "not a file on an mcfs mount"
-							     : strerror(errno));
+		MCFS_ERR("evict: %s: %s", path,
+			 errno == ENODATA || errno == ENOTSUP ? "not a file on an mcfs mount"
+							      : strerror(errno));
 		t->errors++;
 		return -1;
 	}
 	buf[len] = '\0';
-	t->bytes += strtoull(buf, NULL, 10);
+	if (fs_evict_parse(buf, &ev) < 0) {
+		/* dropped, but by how much is unknown: an older daemon's answer */
+		MCFS_ERR("evict: %s: the daemon answered '%.20s', not bytes per tier (is it a "
+			 "daemon of another mcfs version?)",
+			 path, buf);
+		t->errors++;
+		return -1;
+	}
+	t->ram += ev.ram_bytes;
+	t->disk += ev.disk_bytes;
 	t->files++;
 	return 0;
 }
@@ -166,19 +181,21 @@ static int walk_fn(const char *path, const struct stat *st, int type, struct FTW
 
 int fs_cmd_evict(int argc, char **argv)
 {
-	struct evict_totals t = {0, 0, 0};
+	struct evict_totals t = {0, 0, 0, 0};
 	struct stat st;
-	char b[32];
+	char r[32], d[32];
 	int i;
 
 	if (argc < 2 || argv[1][0] == '-') {
-		fprintf(stderr,
-			"usage: mcfs evict PATH...   (files, or trees, on an mcfs mount)\n");
-		return argc == 2 && strcmp(argv[1], "-h") == 0 ? 0 : 2;
+		if (argc < 2)
+			MCFS_ERR("evict needs at least one PATH");
+		else
+			MCFS_ERR("evict: unknown option '%s'", argv[1]);
+		return fs_cli_usage("evict");
 	}
 	for (i = 1; i < argc; i++) {
 		if (stat(argv[i], &st) < 0) {
-			fprintf(stderr, "mcfs evict: %s: %s\n", argv[i], strerror(errno));
+			MCFS_ERR("evict: %s: %s", argv[i], strerror(errno));
 			t.errors++;
 		} else if (S_ISDIR(st.st_mode)) {
 			walk_totals = &t;
@@ -188,7 +205,13 @@ int fs_cmd_evict(int argc, char **argv)
 			evict_one(argv[i], &t);
 		}
 	}
-	printf("evicted %u file%s, %s dropped\n", t.files, t.files == 1 ? "" : "s",
-	       mcfs_fmt_bytes(t.bytes, b, sizeof(b)));
+	/* Per tier: a block held by both is dropped twice, and a sum would say
+	 * twice the file's size. Nothing to sum when every path failed: the
+	 * error lines said why. */
+	if (t.files == 0 && t.errors)
+		return 1;
+	printf("evicted %u file%s: %s dropped from RAM, %s from disk\n", t.files,
+	       t.files == 1 ? "" : "s", mcfs_fmt_bytes(t.ram, r, sizeof(r)),
+	       mcfs_fmt_bytes(t.disk, d, sizeof(d)));
 	return t.errors ? 1 : 0;
 }

@@ -53,13 +53,36 @@ class Mount:
             return f.read()
 
     def stats(self):
-        """Counters of the running daemon, from the root's user.mcfs.stats xattr."""
-        raw = os.getxattr(self.path, "user.mcfs.stats").decode()
+        """Counters of the running daemon, from the root's user.mcfs.stats xattr.
+
+        Never returns without them: raises RuntimeError saying why (the xattr
+        could not be read - with the daemon's exit status and log if it has
+        exited - or a line is not "key integer"), so that no check on a
+        counter can pass for want of the counters.
+        """
+        try:
+            raw = os.getxattr(self.path, "user.mcfs.stats").decode()
+        except OSError as e:
+            raise RuntimeError("cannot read the counters of %s (getxattr user.mcfs.stats): %s%s"
+                               % (self.path, e, self._daemon_state())) from e
         out = {}
         for line in raw.splitlines():
-            k, v = line.split()
-            out[k] = int(v)
+            parts = line.split()
+            if len(parts) != 2 or not re.fullmatch(r"-?[0-9]+", parts[1]):
+                raise RuntimeError("counters of %s: line %r is not 'key integer'; all of them:\n%s"
+                                   % (self.path, line, raw))
+            out[parts[0]] = int(parts[1])
+        if not out:
+            raise RuntimeError("counters of %s: user.mcfs.stats is empty%s"
+                               % (self.path, self._daemon_state()))
         return out
+
+    def _daemon_state(self):
+        """'' while the daemon runs; else its exit status and log, for error messages."""
+        status = self.proc.poll()
+        if status is None:
+            return ""
+        return "; the daemon exited with status %s; its log:\n%s" % (status, self.log())
 
 
 def wants_ram_only(opts, extra_args):

@@ -8,7 +8,13 @@ connection. Faults are armed by the test and hit the next requests:
     p = FaultProxy(upstream_port).start()
     p.fail_503 = 3     # answer the next 3 requests with 503 (not forwarded)
     p.drop = 2         # forward the next 2, then cut the connection mid-body (RST)
-    p.counts           # {"requests": n, "503": n, "dropped": n}
+    p.stall = 1        # the next answer with a body: headers and part of the body,
+                       # then nothing more on that connection (it stays open) until
+                       # the client gives up on it or the proxy stops
+    p.gate.clear()     # hold every request that arrives from now on ...
+    p.gate.set()       # ... until this (stop() sets it too)
+    p.counts           # {"requests": n, "503": n, "dropped": n, "stalled": n, "held": n}
+    p.held_lines       # the request lines of the requests held, as they arrived
     p.request_lines    # the first 1000 request lines, as received
     p.stop()
 
@@ -62,7 +68,11 @@ class FaultProxy:
         self.lock = threading.Lock()
         self.fail_503 = 0
         self.drop = 0
-        self.counts = {"requests": 0, "503": 0, "dropped": 0}
+        self.stall = 0
+        self.counts = {"requests": 0, "503": 0, "dropped": 0, "stalled": 0, "held": 0}
+        self.gate = threading.Event()
+        self.gate.set()
+        self.held_lines = []
         self.stopping = False
         self.thread = None
         self.conns = set()
@@ -74,6 +84,7 @@ class FaultProxy:
 
     def stop(self):
         self.stopping = True
+        self.gate.set()
         try:
             self.lsock.shutdown(socket.SHUT_RDWR)
         except OSError:
@@ -122,6 +133,11 @@ class FaultProxy:
                     self.counts["requests"] += 1
                     if len(self.request_lines) < 1000:
                         self.request_lines.append(head.split(b"\r\n", 1)[0].decode("latin-1"))
+                if not self.gate.is_set():
+                    with self.lock:
+                        self.counts["held"] += 1
+                        self.held_lines.append(head.split(b"\r\n", 1)[0].decode("latin-1"))
+                    self.gate.wait()
                 if self._take("fail_503"):
                     with self.lock:
                         self.counts["503"] += 1
@@ -148,6 +164,13 @@ class FaultProxy:
                     return
                 else:
                     body_len = int(clen)
+                if body_len > 0 and self._take("stall"):
+                    with self.lock:
+                        self.counts["stalled"] += 1
+                    c.sendall(rhead)
+                    self._forward(c, up, rest, min(body_len // 2, 65536))
+                    self._hang(c)
+                    return
                 if self._take("drop"):
                     with self.lock:
                         self.counts["dropped"] += 1
@@ -184,6 +207,28 @@ class FaultProxy:
                         s.close()
                     except OSError:
                         pass
+
+    def _forward(self, c, up, rest, n):
+        """Sends the first n bytes of the body (rest: what came with the headers)."""
+        sent = rest[:n]
+        c.sendall(sent)
+        while len(sent) < n:
+            d = up.recv(min(65536, n - len(sent)))
+            if not d:
+                break
+            c.sendall(d)
+            sent += d
+
+    def _hang(self, c):
+        """Sends nothing more; waits until the client closes or the proxy stops."""
+        while not self.stopping:
+            r, _, _ = select.select([c], [], [], 0.2)
+            if r:
+                try:
+                    if not c.recv(65536):
+                        return
+                except OSError:
+                    return
 
     def _pipe(self, a, b):
         socks = [a, b]

@@ -79,9 +79,3 @@ def check_mmap(path, data):
             mid = len(data) // 2
             assert m[mid:mid + 4096] == data[mid:mid + 4096]
 
-
-def stats(mnt):
-    try:
-        return mnt.stats()
-    except OSError:
-        return {}

@@ -7,11 +7,12 @@ mounted. Each runs with -f and without (daemon mode must report the error
 before it returns, not in syslog afterwards).
 """
 import os
+import re
 import subprocess
 
 import pytest
 
-from conftest import cleanup_daemon, fuse_mounted, mcfs_mount, run_mcfs
+from conftest import MCFS, cleanup_daemon, daemon_pids, fuse_mounted, mcfs_mount, run_mcfs
 
 
 def fails(args, *must_mention, timeout=20):
@@ -93,10 +94,10 @@ def test_already_mounted(tmp, fg):
 @pytest.mark.parametrize("opt,mentions", [
     ("bogus=1", ["bogus"]),
     ("blocksize=8M", ["blocksize"]),
-    ("block_size=3M", ["block_size", ("3M", "3145728"), "power of two"]),
+    ("block_size=3M", ["block_size", "'3M'", "power of two"]),
     ("block_size=128M", ["block_size", "128M", "power of two"]),
     ("block_size=lots", ["block_size", "lots", "power of two"]),
-    ("ram_cache=1M", ["ram_cache", ("1M", "1.0 MiB", "1048576"), "4 blocks"]),
+    ("ram_cache=1M", ["ram_cache", "'1M'", "4 blocks", "32M"]),
     ("connections=0", ["connections", "0", "1 to 256"]),
     ("attr_ttl=-1", ["attr_ttl", "-1", "seconds"]),
     ("odirect=maybe", ["odirect", "maybe", "true or false"]),
@@ -104,7 +105,10 @@ def test_already_mounted(tmp, fg):
     ("max_threads=0", ["max_threads", "0", "1 to 1024"]),
 ])
 def test_bad_options(tmp, fg, opt, mentions):
-    fails(["mount", str(tmp / "src"), str(tmp / "mnt"), "-o", opt] + fg, *mentions)
+    msg = fails(["mount", str(tmp / "src"), str(tmp / "mnt"), "-o", opt] + fg, *mentions)
+    # echoed as typed, derived sizes in the same units: never a byte count (issue 16)
+    for raw in ("3145728", "1048576", "33554432", " bytes"):
+        assert raw not in msg, msg
     assert not fuse_mounted(str(tmp / "mnt"))
 
 
@@ -121,7 +125,7 @@ def test_bad_command_lines(tmp):
     fails(["mount", str(tmp / "src"), str(tmp / "mnt"), "--frobnicate"], "frobnicate")
     fails(["mount", str(tmp / "src"), str(tmp / "mnt"), "-o"])
     fails(["mount", str(tmp / "src"), str(tmp / "mnt"), "extra-arg", "-f"])
-    fails(["frobnicate"], "usage")
+    fails(["frobnicate"], "unknown command 'frobnicate'")
     fails(["umount"], "usage")
     assert not fuse_mounted(str(tmp / "mnt"))
 
@@ -145,3 +149,143 @@ def test_config_file_is_a_directory(tmp, fg):
     fails(["mount", str(tmp / "src"), str(tmp / "mnt"), "-c", str(tmp)] + fg, str(tmp),
           timeout=5)
     assert not fuse_mounted(str(tmp / "mnt"))
+
+
+# ---- the first hour at the CLI (issue 16, item 8) ------------------------------
+
+def test_mistyped_command_says_unknown_command(tmp):
+    """A typo is "unknown command", with a guess; never an error about a directory."""
+    mnt = str(tmp / "mnt")
+    msg = fails(["stauts", mnt], "unknown command 'stauts'", "did you mean 'status'")
+    assert "source directory" not in msg and "No such file" not in msg, msg
+    msg = fails(["moutn", str(tmp / "src"), mnt], "unknown command 'moutn'",
+                "did you mean 'mount'")
+    assert "SOURCE and MOUNTPOINT" not in msg, msg
+    assert not fuse_mounted(mnt)
+    msg = fails(["frobnicate"], "unknown command 'frobnicate'")
+    assert "did you mean" not in msg, msg
+    fails(["help", "evcit"], "unknown command 'evcit'", "did you mean 'evict'")
+    fails(["-x"], "unknown option '-x'")
+
+
+def test_mount_without_the_word_mount_still_mounts(tmp):
+    """mount(8)'s form `mcfs SOURCE MOUNTPOINT -o ...`: an absolute source, a URL, and a
+    relative directory that exists (it has no '/', but is there)."""
+    data = os.urandom(70000)
+    (tmp / "src" / "f").write_bytes(data)
+    mnt = str(tmp / "mnt")
+    for source, cwd in ((str(tmp / "src"), None), ("file://" + str(tmp / "src"), None),
+                        ("src", str(tmp))):
+        try:
+            r = subprocess.run([os.path.abspath(MCFS), source, mnt, "-o", "ro,cache_dir="],
+                               capture_output=True, text=True, timeout=30, cwd=cwd)
+            assert r.returncode == 0, (source, r.stderr)
+            assert fuse_mounted(mnt), source
+            with open(os.path.join(mnt, "f"), "rb") as f:
+                assert f.read() == data, source
+        finally:
+            cleanup_daemon(mnt)
+
+
+COMMANDS = ["mount", "umount", "unmount", "prefetch", "status", "evict", "manifest",
+            "help-config", "version", "help"]
+
+
+@pytest.mark.parametrize("cmd", COMMANDS)
+@pytest.mark.parametrize("flag", ["--help", "-h"])
+def test_every_command_has_help(cmd, flag):
+    r = run_mcfs(cmd, flag, timeout=10)
+    assert r.returncode == 0, (cmd, flag, r.stdout + r.stderr)
+    name = "umount" if cmd == "unmount" else cmd
+    out = r.stdout
+    if cmd != "help":
+        assert out.startswith("usage: mcfs %s" % name), out
+    else:
+        assert "usage: mcfs COMMAND" in out, out
+    assert r.stderr == "", r.stderr
+
+
+def test_help_after_other_arguments():
+    r = run_mcfs("prefetch", "-q", "--help", timeout=10)
+    assert r.returncode == 0 and r.stdout.startswith("usage: mcfs prefetch"), r.stdout + r.stderr
+    r = run_mcfs("umount", "-l", "-h", timeout=10)
+    assert r.returncode == 0 and r.stdout.startswith("usage: mcfs umount"), r.stdout + r.stderr
+
+
+def test_help_config_shows_defaults():
+    r = run_mcfs("help-config")
+    assert r.returncode == 0, r.stderr
+    rows = {}
+    for line in r.stdout.splitlines():
+        m = re.match(r"^  (\w+)\s+(\S+)\s+(.*)$", line)
+        if m:
+            rows[m.group(1)] = m.group(2)
+    want = {"block_size": "8M", "ram_cache": "2G", "readahead_max": "512M",
+            "connections": "16", "attr_ttl": "3600", "negative_ttl": "10", "odirect": "true",
+            "splice": "false", "keep_cache": "true", "max_threads": "16",
+            "log_level": "info", "cache_dir": "/var/cache/mcfs", "disk_cache": "50%",
+            "timeout": "30", "retries": "5"}
+    for key, default in want.items():
+        assert rows.get(key) == default, (key, rows.get(key), r.stdout)
+    assert "binary" in r.stdout and "1M = 1 MiB" in r.stdout
+
+
+def error_lines(msg):
+    return [l for l in msg.splitlines() if l and not l.startswith("usage:")]
+
+
+def test_one_error_prefix(tmp):
+    """Every error line reads "mcfs: error: ...", whoever prints it."""
+    src, mnt = str(tmp / "src"), str(tmp / "mnt")
+    cases = [
+        ["frobnicate"],
+        ["mount", src],
+        ["mount", src, mnt, "--frobnicate", "-f"],
+        ["mount", src, mnt, "-o", "bogus=1", "-f"],
+        ["mount", src, mnt, "-o", "block_size=3M", "-f"],
+        ["mount", src, mnt, "-c", str(tmp / "nope.conf"), "-f"],
+        ["mount", src, str(tmp / "no-such-dir"), "-f"],
+        ["mount", str(tmp / "no-such-store"), mnt, "-f"],
+        ["mount", "ftp://example.invalid/x", mnt, "-f"],
+        ["umount", mnt],
+        ["umount"],
+        ["prefetch"],
+        ["prefetch", "-x", src],
+        ["prefetch", str(tmp / "missing")],
+        ["status"],
+        ["status", src],
+        ["evict"],
+        ["evict", str(tmp / "missing")],
+    ]
+    for args in cases:
+        msg = fails(args)
+        lines = error_lines(msg)
+        assert lines, (args, msg)
+        for line in lines:
+            assert line.startswith("mcfs: error: "), (args, msg)
+    assert not fuse_mounted(mnt)
+
+
+def test_prefetch_reports_binary_units(tmp):
+    """One unit system: "6.0 MiB ... (N MiB/s)", never MB/s beside MiB."""
+    (tmp / "src" / "six").write_bytes(os.urandom(6 << 20))
+    with mcfs_mount(str(tmp / "src"), str(tmp / "mnt"), opts=["block_size=1M"]) as m:
+        r = run_mcfs("prefetch", m.p("six"), timeout=60)
+        assert r.returncode == 0, r.stderr
+        assert re.search(r"6\.0 MiB in [0-9.]+ s \([0-9.]+ [KMG]?i?B/s\)", r.stdout), r.stdout
+        assert "MB/s" not in r.stdout and "GB/s" not in r.stdout, r.stdout
+
+
+def test_http_base_404_says_http_404(tmp):
+    """A base URL the server does not have: the mount error carries the HTTP status."""
+    servers = pytest.importorskip("servers")
+    if not servers.have_nginx():
+        pytest.skip("nginx not installed (deploy/install-deps.sh test installs nginx-light)")
+    mnt = str(tmp / "mnt")
+    with servers.Nginx(str(tmp / "src"), workdir=str(tmp / "nginx")) as ng:
+        url = ng.url + "/no-such-base"
+        for fg in (["-f"], []):
+            msg = fails(["mount", url, mnt, "-o", "cache_dir=,retries=0"] + fg, "HTTP 404",
+                        url, timeout=30)
+            assert "HTTP 404" in msg, msg
+    assert not fuse_mounted(mnt)

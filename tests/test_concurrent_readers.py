@@ -106,7 +106,7 @@ def test_killed_readers_leave_daemon_healthy(tmp):
                 p.send_signal(signal.SIGKILL)
             for p in procs:
                 p.wait(10)
-        assert wait_for(lambda: m.stats().get("inflight", 0) == 0, timeout=10), m.stats()
+        assert wait_for(lambda: m.stats()["inflight"] == 0, timeout=10), m.stats()
         for off in range(0, 16 * MiB, 3 * MiB + 1):
             assert pread_direct(m.p("k.bin"), off, MiB) == data[off:off + MiB], off
         run_readers(4, lambda i: check_reader(m.p("k.bin"), data, seed=i, reads=10))

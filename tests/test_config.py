@@ -7,8 +7,9 @@ seen on the mount's backing device in sysfs. A bad config file names
 file:line, key and value.
 """
 import os
+import subprocess
 
-from conftest import cleanup_daemon, fuse_mounted, mcfs_mount, run_mcfs, wait_for
+from conftest import MCFS, cleanup_daemon, fuse_mounted, mcfs_mount, run_mcfs, wait_for
 from gen import MiB, cached_bytes, pread_direct, write_random
 
 
@@ -119,3 +120,43 @@ def test_mount_options_are_ignored(tmp):
     with mcfs_mount(str(tmp / "src"), str(tmp / "mnt"),
                     opts=["ro", "nodev", "nosuid", "noatime", "_netdev", "block_size=1M"]) as m:
         assert open(m.p("f"), "rb").read() == b"hello"
+
+
+# ---- what a config file holds is quoted safely (issue 16, item 8) -------------
+
+def mount_with_conf(tmp, text):
+    """Mounts with -c holding `text` (bytes); returns (exit status, stderr bytes)."""
+    conf = tmp / "bin.conf"
+    conf.write_bytes(text)
+    try:
+        r = subprocess.run([MCFS, "mount", str(tmp / "src"), str(tmp / "mnt"), "-c", str(conf),
+                            "-f"], capture_output=True, timeout=20)
+    finally:
+        cleanup_daemon(str(tmp / "mnt"))
+    return r.returncode, r.stderr
+
+
+def test_binary_config_file_is_escaped(tmp):
+    """Garbage in a config file reaches the terminal escaped: no control byte, no
+    invalid UTF-8, and the bytes still readable as \\xNN."""
+    garbage = b"block_size = 1M\n\x01\x02\xff\x1b[2J\x1b]0;title\x07 = \x1b[31mred\n"
+    rc, err = mount_with_conf(tmp, garbage)
+    assert rc != 0
+    text = err.decode("utf-8")  # raises if a raw invalid byte got through
+    assert not any(ord(c) < 0x20 and c != "\n" for c in text), repr(err)
+    assert "\\x01\\x02\\xff\\x1b[2J" in text, text
+    assert text.startswith("mcfs: error: ") and "bin.conf:2:" in text, text
+    assert not fuse_mounted(str(tmp / "mnt"))
+
+
+def test_nul_in_config_value_is_refused(tmp):
+    """libinih would end the value at the NUL and drop the rest: refused, naming the key."""
+    rc, err = mount_with_conf(tmp, b"[mcfs]\nconnections = 4\nblock_size = 1M\0 oops\n")
+    text = err.decode("utf-8")
+    assert rc != 0, text
+    assert "bin.conf:3:" in text and "block_size" in text and "NUL" in text, text
+    assert not fuse_mounted(str(tmp / "mnt"))
+    # a whole binary file: refused, not half read
+    rc, err = mount_with_conf(tmp, bytes(range(256)) * 4)
+    assert rc != 0 and b"NUL" in err, err
+    assert not fuse_mounted(str(tmp / "mnt"))

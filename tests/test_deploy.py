@@ -1,7 +1,8 @@
 """Deployment files (issue 7): the systemd unit, the Kubernetes manifests and
 the example config are checked with the tools that would reject them in
 production: `systemd-analyze verify`, the Kubernetes API schemas
-(kubernetes-validate, offline) and the daemon's own config parser.
+(kubernetes-validate, offline) and the daemon's own config parser. The quick
+start (issue 16) is run, and every command it prints is run as printed.
 """
 import os
 import re
@@ -12,7 +13,7 @@ import urllib.request
 
 import pytest
 
-from conftest import MCFS, ROOT, mcfs_mount, need_root
+from conftest import MCFS, ROOT, cleanup_daemon, fuse_mounted, mcfs_mount, need_root
 
 yaml = pytest.importorskip("yaml", reason="PyYAML (pip) parses the manifests")
 
@@ -233,3 +234,97 @@ def test_config_accepted_by_daemon(tmp, which):
         with open("/proc/mounts") as f:
             opts = [ln.split()[3] for ln in f if ln.split()[1] == str(tmp / "mnt")]
         assert opts and "allow_other" in opts[0], opts
+
+
+# ---- quick start (issue 16, item 10) -------------------------------------------
+
+QUICKSTART = os.path.join(DEPLOY, "quickstart.sh")
+
+
+def run_quickstart(args=(), **env_extra):
+    """quickstart.sh with the built binary (MCFS_BIN: nothing installed or built)."""
+    env = dict(os.environ)
+    env.pop("MCFS_DEMO_DIR", None)
+    env.update(MCFS_BIN=os.path.abspath(MCFS), **env_extra)
+    r = subprocess.run(["bash", QUICKSTART, *args], capture_output=True, text=True, env=env,
+                       timeout=120)
+    assert r.returncode == 0, r.stdout + r.stderr
+    m = re.search(r"^mcfs is mounted: (.*) -> (.*)$", r.stdout, re.M)
+    assert m, r.stdout
+    return r.stdout, m.group(1), m.group(2)
+
+
+def printed_commands(out):
+    """The command lines quickstart.sh prints: indented, not comments."""
+    return [ln.strip() for ln in out.splitlines()
+            if ln.startswith("  ") and ln.strip() and not ln.strip().startswith("#")]
+
+
+def run_printed(cmd):
+    """Runs a printed line as a user would paste it, with only what `install-deps.sh build`
+    brings: python3 runs with -S (no site-packages, so no numpy or safetensors)."""
+    cmd = cmd.replace("python3 -c", "python3 -S -c")
+    env = {"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+           "HOME": os.environ.get("HOME", "/root")}
+    r = subprocess.run(["bash", "-c", cmd], capture_output=True, text=True, env=env,
+                       timeout=60)
+    assert r.returncode == 0, "printed command failed: %s\n%s" % (cmd, r.stdout + r.stderr)
+    return r.stdout
+
+
+def test_quickstart_demo_prints_what_works():
+    """The demo mounts in a new private directory (not a fixed /tmp/mcfs-demo), and every
+    command it prints runs as printed: the tensor listing included."""
+    need_root()
+    if not shutil.which("mountpoint"):
+        pytest.skip("mountpoint (util-linux) not installed")
+    out, src, mnt = run_quickstart()
+    work = os.path.dirname(mnt)
+    try:
+        assert work != "/tmp/mcfs-demo" and work.startswith("/tmp/mcfs-demo."), work
+        assert os.stat(work).st_mode & 0o077 == 0, oct(os.stat(work).st_mode)
+        assert src == os.path.join(work, "store")
+        cmds = printed_commands(out)
+        py = [c for c in cmds if "python3" in c]
+        assert len(py) == 1 and "safetensors import" not in py[0] and "numpy" not in py[0], py
+        listing = None
+        for c in cmds:
+            got = run_printed(c)
+            if c in py:
+                listing = got
+        assert "embed.weight BF16 (4096, 512)" in listing, listing
+        assert "head.weight F16 (512, 1000)" in listing, listing
+        # the last line unmounted and removed the demo
+        assert not fuse_mounted(mnt) and not os.path.exists(work)
+    finally:
+        cleanup_daemon(mnt)
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def test_quickstart_own_source(tmp):
+    """SOURCE [MOUNTPOINT]: no demo model lines; MCFS_DEMO_DIR places the mount point."""
+    need_root()
+    if not shutil.which("mountpoint"):
+        pytest.skip("mountpoint (util-linux) not installed")
+    (tmp / "src" / "a.txt").write_bytes(b"hello")
+    mnt = str(tmp / "mnt")
+    try:
+        out, src, got_mnt = run_quickstart([str(tmp / "src"), mnt])
+        assert got_mnt == mnt
+        assert "safetensors" not in out and "demo-model" not in out and "python3" not in out, out
+        assert open(os.path.join(mnt, "a.txt"), "rb").read() == b"hello"
+        for c in printed_commands(out):
+            if "<" not in c:  # "cp MNT/<FILE> <DEST>" is a pattern, not a command
+                run_printed(c)
+        assert not fuse_mounted(mnt)
+        demo = tmp / "demo"
+        out, src, got_mnt = run_quickstart([str(tmp / "src")], MCFS_DEMO_DIR=str(demo))
+        assert got_mnt == str(demo / "mnt"), got_mnt
+        assert "safetensors" not in out, out
+        for c in printed_commands(out):
+            if "<" not in c:
+                run_printed(c)
+        assert not fuse_mounted(got_mnt)
+    finally:
+        cleanup_daemon(mnt)
+        cleanup_daemon(str(tmp / "demo" / "mnt"))

@@ -5,9 +5,13 @@ found on PATH:
 - test_mount_fuse3_helper runs mount.fuse3 itself with an `mcfs` symlink in a
   temporary directory on PATH;
 - mount(8) removes PATH from the helper's environment (util-linux does, even
-  for root), so /bin/sh searches its default PATH. The mount(8) tests put a
-  temporary symlink /usr/local/sbin/mcfs -> the built binary (only if that
-  name is free, removed afterwards) and skip, saying why, otherwise.
+  for root), so /bin/sh searches its default PATH, /usr/local/sbin first. The
+  mount(8) tests run in a mount namespace of their own (unshare) in which a
+  directory of the test's, holding only `mcfs` -> the built binary, is bound
+  over /usr/local/sbin. The host's /usr/local/sbin is never touched, so two
+  runs on one machine (or an installed mcfs) cannot collide. The FUSE mount
+  lives in that namespace: the test looks at it through the daemon's
+  /proc/PID/mounts and /proc/PID/root, and unmounts it with nsenter.
 Options include the ones mount(8) and fstab add (ro, nodev, nosuid, _netdev,
 dev, suid, ...), which mcfs must ignore.
 """
@@ -16,34 +20,48 @@ import subprocess
 
 import pytest
 
-from conftest import MCFS, cleanup_daemon, daemon_pids, fuse_mounted, have, wait_for
+from conftest import MCFS, cleanup_daemon, daemon_pids, fuse_mounted, have, need_root, wait_for
 from gen import MiB, write_random
 
 
-SBIN_LINK = "/usr/local/sbin/mcfs"
+# /bin/sh's default PATH, in order: the first of these that exists is where sh looks first
+SH_PATH_FIRST = ("/usr/local/sbin", "/usr/local/bin")
+
+
+class PrivateSbin:
+    """Runs commands in a new mount namespace whose first PATH directory holds only the
+    binary under test."""
+
+    def __init__(self, bindir, over):
+        self.bindir, self.over = bindir, over
+
+    def run(self, cmd, **kw):
+        wrap = ["unshare", "--mount", "--propagation", "private", "--",
+                "sh", "-c", 'mount --bind "$0" "$1" && shift && exec "$@"',
+                self.bindir, self.over]
+        return subprocess.run(wrap + cmd, capture_output=True, text=True, timeout=30, **kw)
 
 
 @pytest.fixture
-def sbin_link():
-    """/usr/local/sbin/mcfs -> the binary under test, for the life of one test."""
-    if not have("mount.fuse3"):
-        pytest.skip("mount.fuse3 is not installed (package fuse3)")
-    target = os.path.abspath(MCFS)
-    made = False
-    if os.path.lexists(SBIN_LINK):
-        if os.path.realpath(SBIN_LINK) != os.path.realpath(target):
-            pytest.skip("%s exists and is not the binary under test; mount(8) would run it"
-                        % SBIN_LINK)
-    else:
-        try:
-            os.makedirs(os.path.dirname(SBIN_LINK), exist_ok=True)
-            os.symlink(target, SBIN_LINK)
-            made = True
-        except OSError as e:
-            pytest.skip("cannot create %s for mount(8): %s" % (SBIN_LINK, e))
-    yield
-    if made and os.path.islink(SBIN_LINK) and os.readlink(SBIN_LINK) == target:
-        os.unlink(SBIN_LINK)
+def private_sbin(tmp):
+    need_root()
+    for tool in ("mount.fuse3", "unshare", "nsenter"):
+        if not have(tool):
+            pytest.skip("%s is not installed (packages fuse3, util-linux)" % tool)
+    over = next((d for d in SH_PATH_FIRST if os.path.isdir(d)), None)
+    if not over:
+        pytest.skip("none of %s exists to bind the binary over" % (SH_PATH_FIRST,))
+    bindir = tmp / "sbin"
+    bindir.mkdir()
+    os.symlink(os.path.abspath(MCFS), str(bindir / "mcfs"))
+    yield PrivateSbin(str(bindir), over)
+    assert not linked_on_host(over), "the run linked its binary into the host's %s" % over
+
+
+def linked_on_host(over):
+    """True if the host's `over`/mcfs is the binary under test (what the old tests did)."""
+    host = os.path.join(over, "mcfs")
+    return os.path.lexists(host) and os.path.realpath(host) == os.path.realpath(MCFS)
 
 
 @pytest.fixture
@@ -74,6 +92,35 @@ def umount_and_wait(mnt):
         "daemon still running after umount: %s" % daemon_pids(mnt)
 
 
+def the_daemon(mnt):
+    pids = daemon_pids(mnt)
+    assert len(pids) == 1, "daemons serving %s: %s" % (mnt, pids)
+    assert os.path.realpath("/proc/%d/exe" % pids[0]) == os.path.realpath(MCFS), \
+        "mount(8) ran another mcfs: %s" % os.path.realpath("/proc/%d/exe" % pids[0])
+    return pids[0]
+
+
+def check_mounted_in_ns(mnt, data):
+    """The mount as the daemon's namespace sees it; the host sees none. Returns the pid."""
+    pid = the_daemon(mnt)
+    real = os.path.realpath(mnt)
+    with open("/proc/%d/mounts" % pid) as f:
+        lines = [l for l in f if l.split()[1] == real]
+    assert lines and lines[-1].split()[2] == "fuse.mcfs", lines
+    with open("/proc/%d/root%s/w.bin" % (pid, real), "rb") as f:
+        assert f.read() == data
+    assert not fuse_mounted(mnt), "the private namespace's mount reached the host"
+    return pid
+
+
+def umount_in_ns_and_wait(pid, mnt):
+    r = subprocess.run(["nsenter", "--target", str(pid), "--mount", "umount", mnt],
+                       capture_output=True, text=True, timeout=20)
+    assert r.returncode == 0, r.stderr
+    assert wait_for(lambda: not daemon_pids(mnt), timeout=10), \
+        "daemon still running after umount: %s" % daemon_pids(mnt)
+
+
 def test_mount_fuse3_helper(tmp, path_env):
     """What mount.fuse3 does for type fuse.mcfs: `mcfs SOURCE DIR -o OPTS` (daemonises)."""
     data = write_random(str(tmp / "src" / "w.bin"), MiB + 5, seed=3)
@@ -89,21 +136,20 @@ def test_mount_fuse3_helper(tmp, path_env):
         cleanup_daemon(mnt)
 
 
-def test_mount_t_fuse_mcfs(tmp, path_env, sbin_link):
+def test_mount_t_fuse_mcfs(tmp, private_sbin):
     data = write_random(str(tmp / "src" / "w.bin"), 2 * MiB + 3, seed=1)
     mnt = str(tmp / "mnt")
     try:
-        r = subprocess.run(["mount", "-t", "fuse.mcfs", str(tmp / "src"), mnt,
-                            "-o", "ro,nodev,nosuid,block_size=1M,ram_cache=16M,cache_dir="],
-                           env=path_env, capture_output=True, text=True, timeout=30)
+        r = private_sbin.run(["mount", "-t", "fuse.mcfs", str(tmp / "src"), mnt,
+                              "-o", "ro,nodev,nosuid,block_size=1M,ram_cache=16M,cache_dir="])
         assert r.returncode == 0, r.stdout + r.stderr
-        check_mounted(mnt, data)
-        umount_and_wait(mnt)
+        pid = check_mounted_in_ns(mnt, data)
+        umount_in_ns_and_wait(pid, mnt)
     finally:
         cleanup_daemon(mnt)
 
 
-def test_fstab_line(tmp, path_env, sbin_link):
+def test_fstab_line(tmp, private_sbin):
     data = write_random(str(tmp / "src" / "w.bin"), 1000, seed=2)
     mnt = str(tmp / "mnt")
     fstab = tmp / "fstab"
@@ -111,23 +157,44 @@ def test_fstab_line(tmp, path_env, sbin_link):
     fstab.write_text("# test fstab\n%s %s fuse.mcfs ro,_netdev,nofail,block_size=2M,"
                      "attr_ttl=60,allow_other,cache_dir= 0 0\n" % (src, mnt))
     try:
-        r = subprocess.run(["mount", "-T", str(fstab), mnt], env=path_env,
-                           capture_output=True, text=True, timeout=30)
+        r = private_sbin.run(["mount", "-T", str(fstab), mnt])
         assert r.returncode == 0, r.stdout + r.stderr
-        check_mounted(mnt, data)
-        umount_and_wait(mnt)
+        pid = check_mounted_in_ns(mnt, data)
+        umount_in_ns_and_wait(pid, mnt)
     finally:
         cleanup_daemon(mnt)
 
 
-def test_mount_t_bad_option_fails(tmp, path_env, sbin_link):
+def test_mount_t_bad_option_fails(tmp, private_sbin):
     mnt = str(tmp / "mnt")
     try:
-        r = subprocess.run(["mount", "-t", "fuse.mcfs", str(tmp / "src"), mnt,
-                            "-o", "block_size=7M"],
-                           env=path_env, capture_output=True, text=True, timeout=30)
+        r = private_sbin.run(["mount", "-t", "fuse.mcfs", str(tmp / "src"), mnt,
+                              "-o", "block_size=7M"])
         assert r.returncode != 0
         assert "block_size" in r.stdout + r.stderr, r.stdout + r.stderr
-        assert not fuse_mounted(mnt)
+        assert not daemon_pids(mnt) and not fuse_mounted(mnt)
+    finally:
+        cleanup_daemon(mnt)
+
+
+def test_two_runs_do_not_collide(tmp, private_sbin):
+    """Another run's binary in /usr/local/sbin (here: a decoy that fails, in a namespace of
+    its own) does not reach this run's mount, and this run leaves the host's alone."""
+    data = write_random(str(tmp / "src" / "w.bin"), 3000, seed=4)
+    decoy = tmp / "decoy"
+    decoy.mkdir()
+    (decoy / "mcfs").write_text("#!/bin/sh\necho decoy ran >&2\nexit 42\n")
+    (decoy / "mcfs").chmod(0o755)
+    other = PrivateSbin(str(decoy), private_sbin.over)
+    mnt = str(tmp / "mnt")
+    try:
+        r = other.run(["mount", "-t", "fuse.mcfs", str(tmp / "src"), mnt, "-o", "cache_dir="])
+        assert r.returncode != 0 and "decoy ran" in r.stderr, r.stdout + r.stderr
+        r = private_sbin.run(["mount", "-t", "fuse.mcfs", str(tmp / "src"), mnt,
+                              "-o", "cache_dir="])
+        assert r.returncode == 0, r.stdout + r.stderr
+        pid = check_mounted_in_ns(mnt, data)
+        assert not linked_on_host(private_sbin.over), "the run linked its binary on the host"
+        umount_in_ns_and_wait(pid, mnt)
     finally:
         cleanup_daemon(mnt)

@@ -173,7 +173,7 @@ def test_failed_read_logged_with_path_and_block(tmp):
             with open(m.p("broken.bin"), "rb") as f:
                 f.read()
         except OSError:
-            pass
+            pass  # or not: the kernel retries a failed readahead itself; the log line is checked
         time.sleep(0.2)
         log = m.log()
     lines = [ln for ln in log.splitlines()
@@ -201,7 +201,7 @@ def test_no_secret_in_foreground_log(tmp):
             with open(m.p("a.bin"), "rb") as f:
                 f.read()
         except OSError:
-            pass
+            pass  # or not: the kernel retries a failed readahead itself; the log is checked
         time.sleep(0.2)
         log = m.log()
     assert "a.bin" in log, "the failed read was not logged: %r" % log

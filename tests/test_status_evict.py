@@ -1,10 +1,13 @@
 """`mcfs status MOUNTPOINT` and `mcfs evict PATH` (issue 5): status prints
-both tiers' usage and hit ratios, bytes fetched and fetches in flight;
-evict drops a file's blocks from RAM and disk (its user.mcfs.cached goes to
-0) so the next read goes to the store; per-file cached bytes include the
-disk tier."""
+both tiers' usage and hit ratios, bytes fetched and fetches in flight, and
+when there is no disk tier, why (issue 16); evict drops a file's blocks from
+RAM and disk (its user.mcfs.cached goes to 0) so the next read goes to the
+store, and says how much it dropped from each tier (issue 16); per-file
+cached bytes include the disk tier."""
 import os
 import re
+
+import pytest
 
 from conftest import mcfs_mount, run_mcfs
 from disk_helpers import OPTS, settle
@@ -33,7 +36,79 @@ def test_status_without_disk_tier(tmp):
     write_random(str(tmp / "src" / "a.bin"), 10, seed=1)
     with mcfs_mount(str(tmp / "src"), str(tmp / "mnt"), opts=OPTS) as m:
         r = run_mcfs("status", m.path)
-        assert r.returncode == 0 and "disk tier:  off" in r.stdout, r.stdout
+        assert r.returncode == 0 and "disk tier:  off (no cache_dir set)" in r.stdout, r.stdout
+
+
+def test_status_refuses_counters_it_lacks(tmp):
+    """status reads every counter by name and fails, naming it, when one is
+    missing or not a number (a daemon of another version), instead of
+    printing it as 0. The text is a real daemon's, set on a plain directory
+    (user xattrs of the local filesystem) with one line dropped or spoiled."""
+    write_random(str(tmp / "src" / "a.bin"), 10, seed=1)
+    with mcfs_mount(str(tmp / "src"), str(tmp / "mnt"), opts=OPTS) as m:
+        text = os.getxattr(m.path, "user.mcfs.stats").decode()
+    fake = tmp / "fake"
+    fake.mkdir()
+    try:
+        os.setxattr(str(fake), "user.mcfs.stats", text.encode())
+    except OSError as e:
+        pytest.skip("no user xattrs on %s: %s" % (tmp, e))
+    r = run_mcfs("status", str(fake))
+    assert r.returncode == 0 and "RAM tier:" in r.stdout, r.stdout + r.stderr
+    for key in ("disk_misses", "pid", "disk_off_reason"):
+        lines = [ln for ln in text.splitlines() if ln.split()[0] != key]
+        os.setxattr(str(fake), "user.mcfs.stats", "\n".join(lines).encode() + b"\n")
+        r = run_mcfs("status", str(fake))
+        assert r.returncode == 1 and r.stdout == "", r.stdout
+        assert "counters lack '%s'" % key in r.stderr, r.stderr
+    spoiled = text.replace("\nhits ", "\nhits x")
+    os.setxattr(str(fake), "user.mcfs.stats", spoiled.encode())
+    r = run_mcfs("status", str(fake))
+    assert r.returncode == 1 and "have no number for 'hits'" in r.stderr, r.stderr
+
+
+def test_status_says_why_the_disk_tier_is_off(tmp):
+    """A second daemon of the same store on one cache_dir runs RAM only, and
+    its status names the lock, not "no cache_dir"; a cache_dir that cannot be
+    made says so, with the errno."""
+    write_random(str(tmp / "src" / "a.bin"), 10, seed=1)
+    (tmp / "mnt2").mkdir()
+    opts = OPTS + ["cache_dir=" + str(tmp / "cache")]
+    with mcfs_mount(str(tmp / "src"), str(tmp / "mnt"), opts=opts) as m1:
+        with mcfs_mount(str(tmp / "src"), str(tmp / "mnt2"), opts=opts) as m2:
+            assert "in use by another mcfs" in m2.log()
+            r = run_mcfs("status", m2.path)
+            assert r.returncode == 0, r.stderr
+            assert ("disk tier:  off (cache_dir in use by another mcfs daemon of this store)"
+                    in r.stdout), r.stdout
+        r = run_mcfs("status", m1.path)
+        assert re.search(r"disk tier: +on;", r.stdout), r.stdout
+    blocker = tmp / "not-a-dir"
+    blocker.write_text("x")
+    with mcfs_mount(str(tmp / "src"), str(tmp / "mnt"),
+                    opts=OPTS + ["cache_dir=%s/sub" % blocker]) as m:
+        r = run_mcfs("status", m.path)
+        assert r.returncode == 0, r.stderr
+        assert ("disk tier:  off (cache_dir (or the store's directory in it) could not be made "
+                "or used: Not a directory)" in r.stdout), r.stdout
+
+
+def test_evict_reports_each_tier(tmp):
+    """A 6 MiB file held by both tiers: evict says 6 MiB from RAM and 6 MiB
+    from disk (not "12 MiB dropped"), and both tiers are empty of it after."""
+    a = write_random(str(tmp / "src" / "a.bin"), 6 * MiB, seed=5)
+    opts = OPTS + ["cache_dir=" + str(tmp / "cache"), "keep_cache=false"]
+    with mcfs_mount(str(tmp / "src"), str(tmp / "mnt"), opts=opts) as m:
+        assert open(m.p("a.bin"), "rb").read() == a
+        st = settle(m)
+        assert st["slots_used"] == 6 and st["disk_slots_used"] == 6, st
+        r = run_mcfs("evict", m.p("a.bin"))
+        assert r.returncode == 0, r.stderr
+        assert "evicted 1 file: 6.0 MiB dropped from RAM, 6.0 MiB from disk" in r.stdout, \
+            r.stdout
+        st = m.stats()
+        assert st["slots_used"] == 0 and st["disk_slots_used"] == 0, st
+        assert cached_bytes(m.p("a.bin")) == 0
 
 
 def test_evict_drops_both_tiers(tmp):
@@ -49,7 +124,8 @@ def test_evict_drops_both_tiers(tmp):
     with mcfs_mount(str(tmp / "src"), str(tmp / "mnt"), opts=opts) as m:
         assert cached_bytes(m.p("d", "a.bin")) == 3 * MiB
         r = run_mcfs("evict", m.p("d", "a.bin"))
-        assert r.returncode == 0 and "evicted 1 file, 3.0 MiB dropped" in r.stdout, r.stdout
+        assert r.returncode == 0, r.stderr
+        assert "evicted 1 file: 0 B dropped from RAM, 3.0 MiB from disk" in r.stdout, r.stdout
         assert cached_bytes(m.p("d", "a.bin")) == 0
         assert cached_bytes(m.p("d", "b.bin")) == 2 * MiB
         reads = m.stats()["store_reads"]
@@ -97,6 +173,7 @@ def test_evict_needs_root_and_a_probe_drops_nothing(tmp):
             assert r.returncode != 0 and "Operation not permitted" in r.stderr, r.stderr
             assert cached_bytes(m.p("a.bin")) == 2 * MiB, "another user evicted"
             r = run_mcfs("evict", m.p("a.bin"))
-            assert r.returncode == 0 and "2.0 MiB dropped" in r.stdout, r.stdout
+            assert r.returncode == 0, r.stderr
+            assert "2.0 MiB dropped from RAM, 0 B from disk" in r.stdout, r.stdout
     finally:
         shutil.rmtree(top, ignore_errors=True)

@@ -21,6 +21,16 @@
  * waits long enough for a restarting server. A Retry-After of a 429 or 503 is
  * honoured up to the cap.
  *
+ * Stalls: two clocks. cfg->timeout (libcurl's low-speed limit of 1 byte/s)
+ * bounds the wait for an answer to begin, which a busy object store may take
+ * seconds over. Once bytes flow, a pause of cfg->stall_timeout is a stalled
+ * connection (a peer that died mid-answer, a middlebox that dropped the flow):
+ * the progress callback cuts it, and the retry runs on a new connection
+ * (CURLOPT_FRESH_CONNECT), since the stalled one, or its route, is suspect.
+ * Measured (tests/test_http_store.py, one 1 MiB block whose answer stops after
+ * 64 KiB): the read took 36.1 s with only the timeout (timeout=30), 5.1 s with
+ * stall_timeout=5.
+ *
  * Refuses: to follow redirects (a redirect of an object is reported, not
  * chased with our signature), to log credentials or URLs with userinfo.
  */
@@ -56,10 +66,13 @@ struct remote_fetch {
 struct xfer {
 	const struct remote_req *req;
 	struct remote_resp *resp;
-	size_t cap;	 /* bytes the body buffer may grow to */
-	size_t body_cap; /* allocated bytes of resp->body */
-	bool overflow;	 /* the server sent more than allowed */
-	bool unranged;	 /* a 200 came back to a ranged GET */
+	size_t cap;	     /* bytes the body buffer may grow to */
+	size_t body_cap;     /* allocated bytes of resp->body */
+	bool overflow;	     /* the server sent more than allowed */
+	bool unranged;	     /* a 200 came back to a ranged GET */
+	uint64_t stall_ns;   /* cfg->stall_timeout in ns; 0 = off */
+	uint64_t last_rx_ns; /* when the last header line or body bytes came; 0 = none yet */
+	bool stalled;	     /* the progress callback cut a stalled answer */
 };
 
 static pthread_once_t global_once = PTHREAD_ONCE_INIT;
@@ -348,6 +361,7 @@ static size_t on_body(char *data, size_t size, size_t nmemb, void *user)
 	const struct remote_req *req = x->req;
 	size_t n = size * nmemb;
 
+	x->last_rx_ns = mcfs_now_ns();
 	if (resp->status >= 300 || req->len == 0) {
 		/* error documents and unranged bodies: bounded, collected */
 		if (!body_append(x, data, n)) {
@@ -419,6 +433,7 @@ static size_t on_header(char *line, size_t size, size_t nmemb, void *user)
 	const char *v;
 	char tmp[128];
 
+	x->last_rx_ns = mcfs_now_ns();
 	if (n > 5 && strncmp(line, "HTTP/", 5) == 0) {
 		const char *sp = memchr(line, ' ', n);
 
@@ -458,6 +473,27 @@ static size_t on_header(char *line, size_t size, size_t nmemb, void *user)
 			resp->retry_after_s = (unsigned)strtoul(tmp, NULL, 10);
 	}
 	return n;
+}
+
+/*
+ * libcurl calls this often while bytes flow and about once a second while
+ * none do: the clock that finds a stalled answer. Returns non-zero to abort.
+ */
+static int on_progress(void *user, curl_off_t dltotal, curl_off_t dlnow, curl_off_t ultotal,
+		       curl_off_t ulnow)
+{
+	struct xfer *x = user;
+
+	(void)dltotal;
+	(void)dlnow;
+	(void)ultotal;
+	(void)ulnow;
+	if (x->stall_ns == 0 || x->last_rx_ns == 0)
+		return 0; /* off, or the answer has not begun: cfg->timeout's part */
+	if (mcfs_now_ns() - x->last_rx_ns < x->stall_ns)
+		return 0;
+	x->stalled = true;
+	return 1;
 }
 
 static struct curl_slist *add_header(struct curl_slist *l, const char *name, const char *value,
@@ -506,6 +542,12 @@ static int setup(struct remote_fetch *f, CURL *h, const struct remote_req *req, 
 	curl_easy_setopt(h, CURLOPT_HEADERDATA, x);
 	curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, on_body);
 	curl_easy_setopt(h, CURLOPT_WRITEDATA, x);
+	x->stall_ns = (uint64_t)(cfg->stall_timeout * 1e9);
+	if (x->stall_ns) {
+		curl_easy_setopt(h, CURLOPT_XFERINFOFUNCTION, on_progress);
+		curl_easy_setopt(h, CURLOPT_XFERINFODATA, x);
+		curl_easy_setopt(h, CURLOPT_NOPROGRESS, 0L);
+	}
 	if (strcmp(req->method, "HEAD") == 0)
 		curl_easy_setopt(h, CURLOPT_NOBODY, 1L);
 	if (req->len > 0) {
@@ -588,14 +630,22 @@ static void sleep_ms(unsigned ms)
 		;
 }
 
+/* " bytes A-B" of a ranged request, "" otherwise, in @buf (for log lines). */
+static const char *range_text(const struct remote_req *req, char *buf, size_t len)
+{
+	buf[0] = '\0';
+	if (req->len > 0)
+		snprintf(buf, len, " bytes %" PRIu64 "-%" PRIu64, req->off,
+			 req->off + req->len - 1);
+	return buf;
+}
+
 static void log_failure(const struct remote_req *req, const char *what, CURLcode cc,
 			const char *errbuf, long status, unsigned attempts)
 {
-	char range[64] = "";
+	char range[64];
 
-	if (req->len > 0)
-		snprintf(range, sizeof(range), " bytes %" PRIu64 "-%" PRIu64, req->off,
-			 req->off + req->len - 1);
+	range_text(req, range, sizeof(range));
 	if (cc != CURLE_OK)
 		MCFS_ERR("%s %s%s failed after %u attempt(s): %s", req->method, what, range,
 			 attempts, errbuf[0] ? errbuf : curl_easy_strerror(cc));
@@ -607,7 +657,7 @@ static void log_failure(const struct remote_req *req, const char *what, CURLcode
 int remote_fetch_do(struct remote_fetch *f, const struct remote_req *req, struct remote_resp *resp)
 {
 	static _Thread_local unsigned seed;
-	char errbuf[CURL_ERROR_SIZE], range[64], what[REMOTE_URL_MAX];
+	char errbuf[CURL_ERROR_SIZE], range[64], range_log[64], what[REMOTE_URL_MAX];
 	unsigned attempt, max_attempts = f->r->cfg->retries + 1;
 	struct curl_slist *hdrs = NULL;
 	struct xfer x = {.req = req, .resp = resp};
@@ -643,8 +693,22 @@ int remote_fetch_do(struct remote_fetch *f, const struct remote_req *req, struct
 		}
 		errbuf[0] = '\0';
 		reset_resp(resp);
-		x.overflow = x.unranged = false;
+		x.overflow = x.unranged = x.stalled = false;
+		x.last_rx_ns = 0;
 		cc = curl_easy_perform(h);
+		if (cc == CURLE_ABORTED_BY_CALLBACK && x.stalled) {
+			/* not the server's answer: a dead flow. Name it, then try a new one. */
+			snprintf(errbuf, sizeof(errbuf),
+				 "stalled: no byte for %.1f s after %zu bytes of the answer",
+				 f->r->cfg->stall_timeout, req->len ? resp->got : resp->body_len);
+			if (attempt + 1 >= max_attempts)
+				break;
+			MCFS_WARN("%s %s%s: %s; retrying on a new connection (%u of %u)",
+				  req->method, what, range_text(req, range_log, sizeof(range_log)),
+				  errbuf, attempt + 1, max_attempts - 1);
+			curl_easy_setopt(h, CURLOPT_FRESH_CONNECT, 1L);
+			continue;
+		}
 		if (cc == CURLE_WRITE_ERROR && x.unranged) {
 			/* If-Range failed (another version) or the server ignores Range */
 			rc =

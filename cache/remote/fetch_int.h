@@ -32,7 +32,7 @@
 #include "remote_int.h"
 
 #define REMOTE_URL_MAX 4096
-#define REMOTE_ETAG_MAX 130 /* a quoted ETag we keep; REMOTE_VERSION_MAX holds it */
+#define REMOTE_ETAG_MAX 130 /* a quoted ETag we keep; CACHE_VERSION_MAX holds it */
 
 struct remote_fetch;
 

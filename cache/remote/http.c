@@ -191,7 +191,7 @@ static void maybe_refresh(struct remote *r, struct http *h)
 }
 
 /* HEAD of a file. Fills size, mtime and version; 0, -ENOENT, -EIO... */
-static int head_file(struct http *h, const char *path, struct remote_attr *out, long *status,
+static int head_file(struct http *h, const char *path, struct cache_attr *out, long *status,
 		     char *location, size_t loclen)
 {
 	char url[REMOTE_URL_MAX];
@@ -222,7 +222,7 @@ static int head_file(struct http *h, const char *path, struct remote_attr *out, 
 	return 0;
 }
 
-static int stat_manifest(struct http *h, const char *path, struct remote_attr *out)
+static int stat_manifest(struct http *h, const char *path, struct cache_attr *out)
 {
 	char loc[8];
 	long status;
@@ -243,7 +243,7 @@ static int stat_manifest(struct http *h, const char *path, struct remote_attr *o
 	return rc;
 }
 
-static int http_stat(struct remote *r, const char *path, struct remote_attr *out)
+static int http_stat(struct remote *r, const char *path, struct cache_attr *out)
 {
 	struct http *h = r->priv;
 	char loc[512], url[REMOTE_URL_MAX];
@@ -279,6 +279,13 @@ static int http_stat(struct remote *r, const char *path, struct remote_attr *out
 			 h->shown, r->cfg->manifest, r->cfg->manifest);
 		return rc;
 	}
+	if (rc == -ENOENT && !path[0]) {
+		/* the mount fails on this: say what the server said, not just ENOENT */
+		MCFS_ERR("http: %s/ answered HTTP %ld: no such directory on the server, and no %s "
+			 "there",
+			 h->shown, resp.status, r->cfg->manifest);
+		return rc;
+	}
 	if (rc < 0)
 		return rc;
 	if (resp.status != 200)
@@ -288,7 +295,7 @@ static int http_stat(struct remote *r, const char *path, struct remote_attr *out
 	return 0;
 }
 
-static int http_list(struct remote *r, const char *path, struct remote_dirent **out, size_t *n)
+static int http_list(struct remote *r, const char *path, struct cache_dirent **out, size_t *n)
 {
 	struct http *h = r->priv;
 	char url[REMOTE_URL_MAX];
@@ -311,7 +318,11 @@ static int http_list(struct remote *r, const char *path, struct remote_dirent **
 	if (rc == 0 && resp.status != 200)
 		rc = resp.status >= 300 && resp.status < 400 ? -ENOTDIR : -EIO;
 	if (rc == 0) {
-		rc = remote_autoindex_parse(resp.body ? resp.body : "", resp.body_len, out, n);
+		char what[REMOTE_URL_MAX + 8];
+
+		snprintf(what, sizeof(what), "%s/%s%s", h->shown, path, path[0] ? "/" : "");
+		rc =
+		    remote_autoindex_parse(resp.body ? resp.body : "", resp.body_len, what, out, n);
 		if (rc == -EINVAL) {
 			MCFS_ERR("http: the listing at %s/%s is not JSON: serve a manifest (`mcfs "
 				 "manifest DIR > DIR/%s`) or set nginx `autoindex_format json;`",
@@ -327,7 +338,7 @@ static int http_readlink(struct remote *r, const char *path, char *buf, size_t l
 {
 	struct http *h = r->priv;
 	const char *target = NULL;
-	struct remote_attr a;
+	struct cache_attr a;
 	int rc = -EINVAL;
 
 	if (!h->man)

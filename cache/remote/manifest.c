@@ -8,8 +8,14 @@
  * not list are added, so a manifest of only files still browses. The array is
  * immutable once built: readers need no lock (http.c swaps whole manifests).
  *
- * Refuses: entries whose path is absolute or has empty, "." or ".." parts
- * (logged, dropped); duplicate paths keep the first.
+ * Refuses (each logged, then dropped): entries whose path is absolute, has
+ * empty, "." or ".." parts or a part longer than 255 bytes, or holds a NUL
+ * byte (cJSON would hand it back cut short: see nul_marked()); a path listed
+ * twice is kept once, a file over a directory of the same name.
+ *
+ * Neither listing carries a version: the validator that reads send
+ * (If-Match) must be the one the server gives (a HEAD at open), never one
+ * guessed from its listing, which a server without ETags would refuse.
  */
 #define _GNU_SOURCE
 #include "manifest.h"
@@ -31,7 +37,7 @@ struct ment {
 	const char *name;  /* points into path */
 	char *target;	   /* symlink target, owned; NULL otherwise */
 	bool implied;	   /* added as the parent of another entry, not listed itself */
-	struct remote_attr attr;
+	struct cache_attr attr;
 };
 
 struct remote_manifest {
@@ -164,6 +170,74 @@ int remote_manifest_write(const char *dir, FILE *out)
 
 /* ---- parser ---- */
 
+/*
+ * cJSON keeps strings as C strings, so a name holding a NUL byte (raw, or the
+ * escape \u0000) would come back cut short, as another name. When the text
+ * has one, *out is a copy in which each such NUL is 0x01 instead: a second
+ * parse of it has the same shape, and a string that differs between the two
+ * parses is one that a NUL cut. *out is NULL when the text has none (almost
+ * always). Returns 0 or -ENOMEM; caller frees *out with free().
+ */
+static int nul_marked(const char *json, size_t len, char **out)
+{
+	size_t i, backslashes = 0;
+	char *copy = NULL;
+
+	for (i = 0; i < len; i++) {
+		bool raw = json[i] == '\0';
+		/* \u0000 after an odd run of backslashes (an even run escapes them) */
+		bool escaped = json[i] == 'u' && backslashes % 2 == 1 && i + 4 < len &&
+			       memcmp(json + i + 1, "0000", 4) == 0;
+
+		backslashes = json[i] == '\\' ? backslashes + 1 : 0;
+		if (!raw && !escaped)
+			continue;
+		if (!copy) {
+			copy = malloc(len + 1);
+			if (!copy)
+				return -ENOMEM;
+			memcpy(copy, json, len);
+			copy[len] = '\0';
+		}
+		if (raw)
+			copy[i] = '\x01';
+		else
+			copy[i + 4] = '1';
+	}
+	*out = copy;
+	return 0;
+}
+
+/* Parses @json and, if it holds a NUL, its marked twin (*twin; else NULL). */
+static int parse_twins(const char *json, size_t len, cJSON **root, cJSON **twin)
+{
+	char *marked = NULL;
+	int rc;
+
+	*twin = NULL;
+	*root = cJSON_ParseWithLength(json, len);
+	if (!*root)
+		return -EINVAL;
+	rc = nul_marked(json, len, &marked);
+	if (rc == 0 && marked) {
+		*twin = cJSON_ParseWithLength(marked, len);
+		if (!*twin)
+			rc = -ENOMEM; /* same shape as *root, so only memory can fail it */
+	}
+	free(marked);
+	if (rc < 0) {
+		cJSON_Delete(*root);
+		*root = NULL;
+	}
+	return rc;
+}
+
+/* The item after @o in the twin parse (NULL when there is no twin). */
+static const cJSON *twin_next(const cJSON *t)
+{
+	return t ? t->next : NULL;
+}
+
 static int key_cmp(const char *pa, size_t la, const char *na, const char *pb, size_t lb,
 		   const char *nb)
 {
@@ -181,7 +255,12 @@ static int ment_cmp(const void *a, const void *b)
 	return key_cmp(x->path, x->parent_len, x->name, y->path, y->parent_len, y->name);
 }
 
-static int add_ment(struct remote_manifest *m, const char *path, const struct remote_attr *a,
+static const char *kind(const struct ment *e)
+{
+	return S_ISDIR(e->attr.mode) ? "directory" : S_ISLNK(e->attr.mode) ? "symlink" : "file";
+}
+
+static int add_ment(struct remote_manifest *m, const char *path, const struct cache_attr *a,
 		    const char *target)
 {
 	struct ment *e;
@@ -227,16 +306,33 @@ static const char *str(const cJSON *o, const char *k)
 	return cJSON_IsString(v) ? v->valuestring : NULL;
 }
 
-static int parse_entry(struct remote_manifest *m, const cJSON *o)
+/* True if a NUL cut @o's string @key short (@twin: its marked twin, or NULL). */
+static bool cut_by_nul(const cJSON *o, const cJSON *twin, const char *key)
+{
+	const char *a = str(o, key), *b = twin ? str(twin, key) : NULL;
+
+	return a && b && strcmp(a, b) != 0;
+}
+
+static int parse_entry(struct remote_manifest *m, const cJSON *o, const cJSON *twin)
 {
 	const char *path = str(o, "path"), *type = str(o, "type");
-	const char *target = str(o, "target");
-	struct remote_attr a;
+	const char *target = str(o, "target"), *why;
+	struct cache_attr a;
 
-	if (!path || !type)
+	if (!path || !type) {
+		MCFS_WARN("http: manifest entry without a \"path\" or \"type\" string: skipped");
 		return 0;
-	if (path[0] == '\0' || remote_check_path(path) < 0) {
-		MCFS_WARN("http: manifest entry '%s' is refused: it would escape the mount", path);
+	}
+	if (cut_by_nul(o, twin, "path") || cut_by_nul(o, twin, "target")) {
+		MCFS_WARN("http: manifest entry '%s%s' is refused: its %s holds a NUL byte", path,
+			  cut_by_nul(o, twin, "path") ? "\\0..." : "",
+			  cut_by_nul(o, twin, "path") ? "path" : "target");
+		return 0;
+	}
+	why = path[0] ? remote_path_refusal(path) : "it is empty";
+	if (why) {
+		MCFS_WARN("http: manifest entry '%s' is refused: %s", path, why);
 		return 0;
 	}
 	memset(&a, 0, sizeof(a));
@@ -252,6 +348,9 @@ static int parse_entry(struct remote_manifest *m, const cJSON *o)
 		/* no version: the server's own validator comes from a HEAD at open
 		 * (an "etag" key, as older mcfs wrote, guessed nginx's and is ignored) */
 	} else {
+		MCFS_WARN("http: manifest entry '%s' is refused: type '%s'%s is not file, dir or "
+			  "symlink (with a target)",
+			  path, type, target ? "" : " without a target");
 		return 0;
 	}
 	return add_ment(m, path, &a, a.mode == (S_IFLNK | 0777) ? target : NULL);
@@ -279,10 +378,39 @@ static const struct ment *find(const struct remote_manifest *m, const char *path
 	return NULL;
 }
 
+/*
+ * Of two entries with one path, which to keep: a listed one over a parent
+ * implied by other paths, then a file or symlink over a directory (as the
+ * http store's stat, a HEAD of that name, answers), else either (the same
+ * kind under the same path).
+ */
+static bool keep_second(const struct ment *a, const struct ment *b)
+{
+	if (a->implied != b->implied)
+		return a->implied;
+	if (S_ISDIR(a->attr.mode) != S_ISDIR(b->attr.mode))
+		return S_ISDIR(a->attr.mode);
+	return false;
+}
+
+static void log_dup(const struct ment *kept, const struct ment *dup)
+{
+	if (dup->implied && S_ISDIR(kept->attr.mode))
+		return; /* a directory, listed and implied by its contents: nothing wrong */
+	if (dup->implied)
+		MCFS_WARN("http: manifest lists '%s' as a %s and has paths under it: shown as "
+			  "the %s, the paths under it are hidden",
+			  kept->path, S_ISLNK(kept->attr.mode) ? "symlink" : "file",
+			  S_ISLNK(kept->attr.mode) ? "symlink" : "file");
+	else
+		MCFS_WARN("http: manifest lists '%s' twice (%s and %s): the %s is shown",
+			  kept->path, kind(dup), kind(kept), kind(kept));
+}
+
 /* Adds every missing parent directory, then sorts and drops duplicates. */
 static int finish(struct remote_manifest *m)
 {
-	struct remote_attr dir = {.mode = S_IFDIR | 0555};
+	struct cache_attr dir = {.mode = S_IFDIR | 0555};
 	size_t i, n0 = m->n, k;
 	char buf[4096];
 	int rc;
@@ -300,15 +428,17 @@ static int finish(struct remote_manifest *m)
 	qsort(m->e, m->n, sizeof(m->e[0]), ment_cmp);
 	for (i = 0, k = 0; i < m->n; i++) {
 		if (k > 0 && ment_cmp(&m->e[k - 1], &m->e[i]) == 0) {
-			/* keep the listed entry over an implied parent */
-			if (m->e[k - 1].implied && !m->e[i].implied) {
-				struct ment t = m->e[k - 1];
+			struct ment *kept = &m->e[k - 1], *dup = &m->e[i];
 
-				m->e[k - 1] = m->e[i];
-				m->e[i] = t;
+			if (keep_second(kept, dup)) {
+				struct ment t = *kept;
+
+				*kept = *dup;
+				*dup = t;
 			}
-			free(m->e[i].path);
-			free(m->e[i].target);
+			log_dup(kept, dup);
+			free(dup->path);
+			free(dup->target);
 			continue;
 		}
 		m->e[k++] = m->e[i];
@@ -320,31 +450,37 @@ static int finish(struct remote_manifest *m)
 int remote_manifest_parse(const char *json, size_t len, struct remote_manifest **out)
 {
 	struct remote_manifest *m;
-	const cJSON *entries, *o;
-	cJSON *root;
-	int rc = 0;
+	const cJSON *entries, *o, *t = NULL;
+	cJSON *root, *twin;
+	int rc;
 
-	root = cJSON_ParseWithLength(json, len);
-	if (!root)
-		return -EINVAL;
+	rc = parse_twins(json, len, &root, &twin);
+	if (rc < 0)
+		return rc;
 	entries = cJSON_GetObjectItemCaseSensitive(root, "entries");
 	if (!cJSON_IsArray(entries) || !str(root, "format") ||
 	    strcmp(str(root, "format"), "mcfs-manifest") != 0) {
 		cJSON_Delete(root);
+		cJSON_Delete(twin);
 		return -EINVAL;
 	}
 	m = calloc(1, sizeof(*m));
 	if (!m) {
 		cJSON_Delete(root);
+		cJSON_Delete(twin);
 		return -ENOMEM;
 	}
+	if (twin)
+		t = cJSON_GetObjectItemCaseSensitive(twin, "entries")->child;
 	cJSON_ArrayForEach(o, entries)
 	{
-		rc = parse_entry(m, o);
+		rc = parse_entry(m, o, t);
 		if (rc < 0)
 			break;
+		t = twin_next(t);
 	}
 	cJSON_Delete(root);
+	cJSON_Delete(twin);
 	if (rc == 0)
 		rc = finish(m);
 	if (rc < 0) {
@@ -374,8 +510,8 @@ size_t remote_manifest_count(const struct remote_manifest *m)
 	return m->n;
 }
 
-int remote_manifest_stat(const struct remote_manifest *m, const char *path,
-			 struct remote_attr *attr, const char **target)
+int remote_manifest_stat(const struct remote_manifest *m, const char *path, struct cache_attr *attr,
+			 const char **target)
 {
 	const struct ment *e;
 
@@ -396,11 +532,11 @@ int remote_manifest_stat(const struct remote_manifest *m, const char *path,
 }
 
 int remote_manifest_list(const struct remote_manifest *m, const char *path,
-			 struct remote_dirent **out, size_t *n)
+			 struct cache_dirent **out, size_t *n)
 {
 	size_t plen = strlen(path), lo = 0, hi = m->n, i, k = 0;
-	struct remote_dirent *ents;
-	struct remote_attr a;
+	struct cache_dirent *ents;
+	struct cache_attr a;
 	int rc;
 
 	rc = remote_manifest_stat(m, path, &a, NULL);
@@ -435,51 +571,82 @@ int remote_manifest_list(const struct remote_manifest *m, const char *path,
 	return 0;
 }
 
-int remote_autoindex_parse(const char *json, size_t len, struct remote_dirent **out, size_t *n)
+/* One autoindex entry into @e; 0 if it is shown, -EINVAL if refused (logged). */
+static int autoindex_entry(const cJSON *o, const cJSON *twin, const char *what,
+			   struct cache_dirent *e)
 {
-	struct remote_dirent *ents;
-	const cJSON *o;
-	cJSON *root;
-	size_t k = 0;
+	const char *name = str(o, "name"), *type = str(o, "type"), *mt = str(o, "mtime");
+	const char *why;
+	bool nul;
+	time_t t;
 
-	root = cJSON_ParseWithLength(json, len);
+	if (!name || !type) {
+		MCFS_WARN("http: listing %s has an entry without a \"name\" or \"type\" string: "
+			  "skipped",
+			  what);
+		return -EINVAL;
+	}
+	nul = cut_by_nul(o, twin, "name");
+	why = nul ? "it holds a NUL byte" : remote_name_refusal(name);
+	if (why) {
+		MCFS_WARN("http: listing %s has an entry named '%s%s' (%zu bytes%s): refused (%s)",
+			  what, name, nul ? "\\0..." : "", strlen(name),
+			  nul ? " before the NUL" : "", why);
+		return -EINVAL;
+	}
+	memset(e, 0, sizeof(*e));
+	memcpy(e->name, name, strlen(name) + 1);
+	if (strcmp(type, "directory") == 0) {
+		e->attr.mode = S_IFDIR | 0555;
+	} else if (strcmp(type, "file") == 0) {
+		e->attr.mode = S_IFREG | 0444;
+	} else {
+		MCFS_INFO("http: listing %s: '%s' is not a file or directory (type '%s'): not "
+			  "shown",
+			  what, name, type);
+		return -EINVAL;
+	}
+	e->attr.size = (uint64_t)num(o, "size");
+	t = mt ? curl_getdate(mt, NULL) : 0;
+	e->attr.mtime_ns = t > 0 ? (int64_t)t * 1000000000 : 0;
+	/* No version: a server without ETags (nginx `etag off;`) or with its own
+	 * formula would refuse one guessed here (412). The open asks the server
+	 * (HEAD), and that validator is the one reads carry. */
+	return 0;
+}
+
+int remote_autoindex_parse(const char *json, size_t len, const char *what,
+			   struct cache_dirent **out, size_t *n)
+{
+	struct cache_dirent *ents;
+	const cJSON *o, *t;
+	cJSON *root, *twin;
+	size_t k = 0;
+	int rc;
+
+	rc = parse_twins(json, len, &root, &twin);
+	if (rc < 0)
+		return rc;
 	if (!cJSON_IsArray(root)) {
 		cJSON_Delete(root);
+		cJSON_Delete(twin);
 		return -EINVAL;
 	}
 	ents = calloc((size_t)cJSON_GetArraySize(root) + 1, sizeof(*ents));
 	if (!ents) {
 		cJSON_Delete(root);
+		cJSON_Delete(twin);
 		return -ENOMEM;
 	}
+	t = twin ? twin->child : NULL;
 	cJSON_ArrayForEach(o, root)
 	{
-		const char *name = str(o, "name"), *type = str(o, "type"), *mt = str(o, "mtime");
-		time_t t;
-
-		if (!name || !type || strlen(name) >= REMOTE_NAME_MAX)
-			continue;
-		memset(&ents[k], 0, sizeof(ents[k]));
-		snprintf(ents[k].name, sizeof(ents[k].name), "%s", name);
-		if (strcmp(type, "directory") == 0)
-			ents[k].attr.mode = S_IFDIR | 0555;
-		else if (strcmp(type, "file") == 0)
-			ents[k].attr.mode = S_IFREG | 0444;
-		else
-			continue;
-		ents[k].attr.size = (uint64_t)num(o, "size");
-		t = mt ? curl_getdate(mt, NULL) : 0;
-		ents[k].attr.mtime_ns = t > 0 ? (int64_t)t * 1000000000 : 0;
-		/* The ETag nginx sends for this file ("%xT-%xO": mtime seconds, size),
-		 * so that a listed file has the identity a HEAD gives it: an `ls`
-		 * must not make its cached blocks unreachable. */
-		if (S_ISREG(ents[k].attr.mode) && t > 0)
-			snprintf(ents[k].attr.version, sizeof(ents[k].attr.version),
-				 "\"%llx-%llx\"", (unsigned long long)t,
-				 (unsigned long long)ents[k].attr.size);
-		k++;
+		if (autoindex_entry(o, t, what, &ents[k]) == 0)
+			k++;
+		t = twin_next(t);
 	}
 	cJSON_Delete(root);
+	cJSON_Delete(twin);
 	*out = ents;
 	*n = k;
 	return 0;

@@ -31,8 +31,8 @@ static const char manual[] =
 static void test_parse(void)
 {
 	struct remote_manifest *m = NULL;
-	struct remote_dirent *e = NULL;
-	struct remote_attr a;
+	struct cache_dirent *e = NULL;
+	struct cache_attr a;
 	const char *target = NULL;
 	size_t n = 0;
 
@@ -80,8 +80,8 @@ static void test_roundtrip(const char *base)
 {
 	char dir[512], p[600], *buf = NULL;
 	struct remote_manifest *m = NULL;
-	struct remote_dirent *e = NULL;
-	struct remote_attr a;
+	struct cache_dirent *e = NULL;
+	struct cache_attr a;
 	size_t len = 0, n = 0;
 	FILE *mem;
 	int fd;
@@ -122,6 +122,54 @@ static void test_roundtrip(const char *base)
 	CHECK(system(p) == 0);
 }
 
+/* Captures what the code under test logs (stderr) between begin and end. */
+static int saved_stderr = -1;
+static FILE *captured;
+
+static void capture_begin(void)
+{
+	fflush(stderr);
+	captured = tmpfile();
+	saved_stderr = dup(STDERR_FILENO);
+	if (captured && saved_stderr >= 0)
+		dup2(fileno(captured), STDERR_FILENO);
+}
+
+/* Returns the captured text (caller frees with free()). */
+static char *capture_end(void)
+{
+	char *text = calloc(1, 65536);
+	size_t n = 0;
+
+	fflush(stderr);
+	if (saved_stderr >= 0) {
+		dup2(saved_stderr, STDERR_FILENO);
+		close(saved_stderr);
+		saved_stderr = -1;
+	}
+	if (captured && text) {
+		rewind(captured);
+		n = fread(text, 1, 65535, captured);
+		text[n] = '\0';
+	}
+	if (captured)
+		fclose(captured);
+	captured = NULL;
+	return text;
+}
+
+static int count_lines_with(const char *text, const char *needle)
+{
+	const char *p = text;
+	int n = 0;
+
+	while ((p = strstr(p, needle)) != NULL) {
+		n++;
+		p += strlen(needle);
+	}
+	return n;
+}
+
 static void test_autoindex(void)
 {
 	static const char page[] =
@@ -129,19 +177,120 @@ static void test_autoindex(void)
 	    "10:00:00 GMT\", \"size\":1073741824 },\n"
 	    "{ \"name\":\"sub\", \"type\":\"directory\", \"mtime\":\"Wed, 22 Nov 2023 10:00:00 "
 	    "GMT\" },\n{ \"name\":\"sock\", \"type\":\"other\" }\n]";
-	struct remote_dirent *e = NULL;
+	struct cache_dirent *e = NULL;
 	size_t n = 0;
 
-	CHECK(remote_autoindex_parse(page, sizeof(page) - 1, &e, &n) == 0);
+	CHECK(remote_autoindex_parse(page, sizeof(page) - 1, "t", &e, &n) == 0);
 	CHECK(n == 2);
 	if (n == 2) {
 		CHECK(strcmp(e[0].name, "model.bin") == 0 && S_ISREG(e[0].attr.mode));
 		CHECK(e[0].attr.size == 1073741824ULL);
 		CHECK(e[0].attr.mtime_ns == 1700647200LL * 1000000000);
+		/* no validator the server did not send: the open asks for the real one */
+		CHECK(e[0].attr.version[0] == '\0', "version '%s'", e[0].attr.version);
 		CHECK(strcmp(e[1].name, "sub") == 0 && S_ISDIR(e[1].attr.mode));
 	}
 	free(e);
-	CHECK(remote_autoindex_parse("<html>", 6, &e, &n) == -EINVAL);
+	CHECK(remote_autoindex_parse("<html>", 6, "t", &e, &n) == -EINVAL);
+}
+
+/* Names a listing can't show are dropped, each with a log line; nothing is cut short. */
+static void test_autoindex_refusals(void)
+{
+	char page[4096], longname[301];
+	struct cache_dirent *e = NULL;
+	size_t n = 0, i;
+	char *log;
+
+	memset(longname, 'x', 300);
+	longname[300] = '\0';
+	/* an escaped NUL, a raw NUL, a literal backslash-u0000 (fine), 300 bytes, '/' */
+	snprintf(page, sizeof(page),
+		 "[{\"name\":\"ok.bin\",\"type\":\"file\",\"size\":1},"
+		 "{\"name\":\"evil\\u0000tail\",\"type\":\"file\",\"size\":2},"
+		 "{\"name\":\"raw@tail\",\"type\":\"file\",\"size\":3},"
+		 "{\"name\":\"lit\\\\u0000\",\"type\":\"file\",\"size\":4},"
+		 "{\"name\":\"%s\",\"type\":\"file\",\"size\":5},"
+		 "{\"name\":\"a/b\",\"type\":\"file\",\"size\":6},"
+		 "{\"name\":\"255\",\"type\":\"directory\"}]",
+		 longname);
+	*strchr(page, '@') = '\0'; /* the raw NUL inside "raw@tail" */
+	mcfs_log_setup(MCFS_LOG_WARN, false);
+	capture_begin();
+	CHECK(remote_autoindex_parse(page, strlen(page) + 1 + strlen(strchr(page, '\0') + 1), "t",
+				     &e, &n) == 0);
+	log = capture_end();
+	mcfs_log_setup(MCFS_LOG_ERR, false);
+	CHECK(n == 3, "n %zu", n);
+	for (i = 0; i < n; i++) {
+		CHECK(strcmp(e[i].name, "evil") != 0 && strcmp(e[i].name, "raw") != 0,
+		      "'%s' shown cut short at its NUL", e[i].name);
+		CHECK(strlen(e[i].name) < CACHE_NAME_MAX);
+	}
+	if (n == 3) {
+		CHECK(strcmp(e[0].name, "ok.bin") == 0);
+		CHECK(strcmp(e[1].name, "lit\\u0000") == 0, "'%s'", e[1].name);
+		CHECK(strcmp(e[2].name, "255") == 0);
+	}
+	CHECK(log && count_lines_with(log, "refused") == 4, "log:\n%s", log ? log : "");
+	CHECK(log && count_lines_with(log, "NUL byte") == 2, "log:\n%s", log ? log : "");
+	CHECK(log && strstr(log, "longer than 255 bytes") && strstr(log, "(300 bytes"), "log:\n%s",
+	      log ? log : "");
+	free(log);
+	free(e);
+}
+
+/* A manifest: NUL in a path or a target, a 300-byte part, a name listed twice. */
+static void test_manifest_refusals(void)
+{
+	char text[4096], longname[301];
+	struct remote_manifest *m = NULL;
+	struct cache_dirent *e = NULL;
+	const char *target = NULL;
+	struct cache_attr a;
+	size_t n = 0;
+	char *log;
+
+	memset(longname, 'y', 300);
+	longname[300] = '\0';
+	snprintf(text, sizeof(text),
+		 "{\"format\": \"mcfs-manifest\", \"version\": 1, \"entries\": ["
+		 "{\"path\": \"nul\\u0000/../../etc\", \"type\": \"file\", \"size\": 1},"
+		 "{\"path\": \"ln\", \"type\": \"symlink\", \"target\": \"ok\\u0000/../../x\"},"
+		 "{\"path\": \"d/%s\", \"type\": \"file\", \"size\": 1},"
+		 "{\"path\": \"both\", \"type\": \"dir\"},"
+		 "{\"path\": \"both\", \"type\": \"file\", \"size\": 9},"
+		 "{\"path\": \"parent\", \"type\": \"file\", \"size\": 8},"
+		 "{\"path\": \"parent/child\", \"type\": \"file\", \"size\": 7},"
+		 "{\"path\": \"fine\", \"type\": \"dir\"},"
+		 "{\"path\": \"fine/f\", \"type\": \"file\", \"size\": 6}]}",
+		 longname);
+	mcfs_log_setup(MCFS_LOG_WARN, false);
+	capture_begin();
+	CHECK(remote_manifest_parse(text, strlen(text), &m) == 0);
+	log = capture_end();
+	mcfs_log_setup(MCFS_LOG_ERR, false);
+	if (m) {
+		CHECK(remote_manifest_stat(m, "nul", &a, NULL) == -ENOENT);
+		CHECK(remote_manifest_stat(m, "ln", &a, &target) == -ENOENT);
+		CHECK(remote_manifest_stat(m, "d", &a, NULL) == -ENOENT);
+		/* a file over a directory of the same name, either order */
+		CHECK(remote_manifest_stat(m, "both", &a, NULL) == 0 && S_ISREG(a.mode) &&
+		      a.size == 9);
+		CHECK(remote_manifest_stat(m, "parent", &a, NULL) == 0 && S_ISREG(a.mode));
+		CHECK(remote_manifest_list(m, "", &e, &n) == 0);
+		CHECK(n == 3, "n %zu", n); /* both, fine, parent: once each */
+		free(e);
+		remote_manifest_free(m);
+	}
+	CHECK(log && count_lines_with(log, "NUL byte") == 2, "log:\n%s", log ? log : "");
+	CHECK(log && strstr(log, "longer than 255 bytes"), "log:\n%s", log ? log : "");
+	CHECK(log && strstr(log, "'both' twice"), "log:\n%s", log ? log : "");
+	CHECK(log && strstr(log, "'parent' as a file and has paths under it"), "log:\n%s",
+	      log ? log : "");
+	CHECK(log && !strstr(log, "'fine'"), "a directory with contents is no duplicate:\n%s",
+	      log ? log : "");
+	free(log);
 }
 
 int main(int argc, char **argv)
@@ -150,6 +299,8 @@ int main(int argc, char **argv)
 	test_parse();
 	test_roundtrip(argc > 1 ? argv[1] : "/tmp");
 	test_autoindex();
+	test_autoindex_refusals();
+	test_manifest_refusals();
 	if (failures) {
 		fprintf(stderr, "manifest_test: %d failure(s)\n", failures);
 		return 1;

@@ -15,7 +15,7 @@
 
 /* One page of a ListObjectsV2 answer, appended to by remote_s3_parse_list(). */
 struct remote_s3_page {
-	struct remote_dirent *ents; /* caller frees with free() */
+	struct cache_dirent *ents; /* caller frees with free() */
 	size_t n, cap;
 	bool truncated;	  /* IsTruncated */
 	char token[2048]; /* NextContinuationToken; "" if none */
@@ -27,7 +27,8 @@ struct remote_s3_page {
  * Parses a ListObjectsV2 (or <Error>) document. Keys and CommonPrefixes are
  * made relative to @prefix (the listed directory's key prefix, '/'-ended or
  * ""); the directory marker (key == prefix) is skipped; names that are empty,
- * "." or ".." or hold a '/' are refused (counted in page->refused, logged).
+ * "." or "..", hold a '/', are 256 bytes or longer, or come from a key too
+ * long to keep whole are refused (counted in page->refused, logged).
  * Returns 0, -EIO for malformed XML, -ENOMEM.
  */
 MCFS_MUST_CHECK int remote_s3_parse_list(const char *xml, size_t len, const char *prefix,
@@ -37,7 +38,9 @@ struct remote_creds {
 	char access_key[256];
 	char secret_key[256];
 	char session_token[2048];
-	char source[192]; /* where they came from, for the log: "config", "environment", ... */
+	/* where they came from, for the log: "the environment", "profile 'p' in FILE", ...;
+	 * room for a profile name and a path as long as a config value; longer is cut ("...") */
+	char source[CFG_STR_MAX + 192];
 };
 
 /*
@@ -61,10 +64,11 @@ MCFS_MUST_CHECK int remote_creds_resolve(const struct cfg *cfg, struct remote_cr
 struct remote_manifest;
 
 /*
- * Parses a manifest (see manifest.h for the format) or, when @autoindex, one
- * nginx `autoindex_format json` page (then only top-level names). Entries
- * whose path would escape the mount are refused and logged. Returns 0 with
- * *out set (free with remote_manifest_free()), or -EINVAL / -ENOMEM.
+ * Parses a manifest (see manifest.h for the format). Entries that can't be
+ * shown (a path that would escape the mount, a part of 256 bytes or more, a NUL
+ * in a path or target) are refused and logged; a path listed twice is kept
+ * once (a file over a directory), logged. Returns 0 with *out set (free with
+ * remote_manifest_free()), or -EINVAL / -ENOMEM.
  */
 MCFS_MUST_CHECK int remote_manifest_parse(const char *json, size_t len,
 					  struct remote_manifest **out);
@@ -72,20 +76,25 @@ void remote_manifest_free(struct remote_manifest *m);
 
 /* Looks a path up. Returns 0 with attr (and symlink target, if any) or -ENOENT. */
 MCFS_MUST_CHECK int remote_manifest_stat(const struct remote_manifest *m, const char *path,
-					 struct remote_attr *attr, const char **target);
+					 struct cache_attr *attr, const char **target);
 
 /* Lists a directory: 0 with a malloc'd array, -ENOENT, -ENOTDIR, -ENOMEM. */
 MCFS_MUST_CHECK int remote_manifest_list(const struct remote_manifest *m, const char *path,
-					 struct remote_dirent **out, size_t *n);
+					 struct cache_dirent **out, size_t *n);
 
 /* Number of entries (files, dirs, links). */
 size_t remote_manifest_count(const struct remote_manifest *m);
 
 /*
- * Parses one nginx autoindex JSON page into entries (no versions: the caller
- * stats a file before it opens it). Returns 0, -EINVAL, -ENOMEM.
+ * Parses one nginx autoindex JSON page into entries. They carry no version:
+ * the server's own validator comes from a HEAD when a file is opened, never
+ * from a guess. Entries that can't be shown (a NUL in the name, a name of 256
+ * bytes or more, '/', ".", "..", neither file nor directory) are dropped, each
+ * logged naming @what (the listing's URL, for the log). On success *out is an
+ * array of *n entries (caller frees with free()). Returns 0, -EINVAL (not a
+ * JSON array), -ENOMEM.
  */
-MCFS_MUST_CHECK int remote_autoindex_parse(const char *json, size_t len, struct remote_dirent **out,
-					   size_t *n);
+MCFS_MUST_CHECK int remote_autoindex_parse(const char *json, size_t len, const char *what,
+					   struct cache_dirent **out, size_t *n);
 
 #endif

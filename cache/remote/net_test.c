@@ -172,6 +172,55 @@ static void test_list_xml(void)
 	free(page.ents);
 }
 
+/* Keys whose names can't be shown are refused, none cut short; a NUL can't come. */
+static void test_list_refusals(void)
+{
+	size_t cap = 1 << 16, o = 0, i;
+	char *xml = malloc(cap), prefix[2000];
+	struct remote_s3_page page;
+
+	if (!xml)
+		return;
+	memset(prefix, 'p', 1989);
+	memcpy(prefix + 1989, "/", 2); /* 1990 bytes: a long key prefix */
+	o += (size_t)snprintf(xml + o, cap - o,
+			      "<ListBucketResult><Contents><Key>%sok</Key>"
+			      "<Size>1</Size></Contents><Contents><Key>%s",
+			      prefix, prefix);
+	for (i = 0; i < 300; i++)
+		xml[o++] = 'L'; /* a 300-byte name */
+	o += (size_t)snprintf(xml + o, cap - o, "</Key><Size>2</Size></Contents><Contents><Key>%s",
+			      prefix);
+	for (i = 0; i < 1000; i++)
+		xml[o++] = 'C'; /* a 2990-byte key: kept whole it can't be, cut it must not be */
+	o += (size_t)snprintf(xml + o, cap - o,
+			      "</Key><Size>3</Size></Contents><CommonPrefixes><Prefix>%sd/</Prefix>"
+			      "</CommonPrefixes></ListBucketResult>",
+			      prefix);
+	memset(&page, 0, sizeof(page));
+	CHECK(remote_s3_parse_list(xml, o, prefix, &page) == 0);
+	CHECK(page.n == 2, "n %zu", page.n);
+	CHECK(page.refused == 2, "refused %u", page.refused);
+	for (i = 0; i < page.n; i++)
+		CHECK(page.ents[i].name[0] != 'L' && page.ents[i].name[0] != 'C',
+		      "'%.20s...' shown", page.ents[i].name);
+	if (page.n == 2) {
+		CHECK_STR(page.ents[0].name, "ok");
+		CHECK_STR(page.ents[1].name, "d");
+	}
+	free(page.ents);
+
+	/* XML 1.0 has no NUL: the page is malformed, not a name cut short */
+	memset(&page, 0, sizeof(page));
+	o = (size_t)snprintf(xml, cap,
+			     "<ListBucketResult><Contents><Key>k/evil&#0;tail</Key>"
+			     "</Contents></ListBucketResult>");
+	CHECK(remote_s3_parse_list(xml, o, "k/", &page) == -EIO);
+	CHECK(page.n == 0);
+	free(page.ents);
+	free(xml);
+}
+
 static void test_many_keys(void)
 {
 	struct remote_s3_page page;
@@ -218,6 +267,22 @@ static void test_creds(const char *dir)
 	CHECK(remote_aws_profile_load(file, "other", &c) == 0);
 	CHECK_STR(c.access_key, "test:tester");
 	CHECK_STR(c.session_token, "tok");
+	{
+		/* the source names the file; a path too long for it is visibly cut */
+		char want[600], longpath[3000];
+		size_t o;
+
+		snprintf(want, sizeof(want), "profile 'other' in %s", file);
+		CHECK_STR(c.source, want);
+		o = (size_t)snprintf(longpath, sizeof(longpath), "%s", dir);
+		while (o < 2900)
+			o += (size_t)snprintf(longpath + o, sizeof(longpath) - o, "/.");
+		snprintf(longpath + o, sizeof(longpath) - o, "/net_test_credentials");
+		CHECK(remote_aws_profile_load(longpath, "default", &c) == 0);
+		CHECK(strncmp(c.source, "profile 'default' in ", 21) == 0);
+		CHECK(strlen(c.source) == sizeof(c.source) - 1);
+		CHECK(strcmp(c.source + sizeof(c.source) - 4, "...") == 0);
+	}
 	CHECK(remote_aws_profile_load(file, "empty", &c) == -ENOENT);
 	CHECK(remote_aws_profile_load(file, "missing", &c) == -ENOENT);
 	CHECK(remote_aws_profile_load("/nonexistent/creds", "default", &c) == -ENOENT);
@@ -262,6 +327,7 @@ int main(int argc, char **argv)
 	test_dates_and_redact();
 	test_list_xml();
 	test_many_keys();
+	test_list_refusals();
 	test_creds(argc > 1 ? argv[1] : "/tmp");
 	if (failures) {
 		fprintf(stderr, "net_test: %d failure(s)\n", failures);

@@ -52,7 +52,7 @@ static const char *rel(const char *path)
 	return path[0] ? path : ".";
 }
 
-static void fill_attr(const struct stat *st, struct remote_attr *out)
+static void fill_attr(const struct stat *st, struct cache_attr *out)
 {
 	memset(out, 0, sizeof(*out));
 	out->mode = st->st_mode;
@@ -120,7 +120,7 @@ static void posix_close(struct remote *r)
 	free(p);
 }
 
-static int posix_stat(struct remote *r, const char *path, struct remote_attr *out)
+static int posix_stat(struct remote *r, const char *path, struct cache_attr *out)
 {
 	struct stat st;
 
@@ -130,9 +130,9 @@ static int posix_stat(struct remote *r, const char *path, struct remote_attr *ou
 	return 0;
 }
 
-static int posix_list(struct remote *r, const char *path, struct remote_dirent **out, size_t *n)
+static int posix_list(struct remote *r, const char *path, struct cache_dirent **out, size_t *n)
 {
-	struct remote_dirent *ents = NULL, *grown;
+	struct cache_dirent *ents = NULL, *grown;
 	size_t cap = 0, cnt = 0;
 	struct dirent *de;
 	struct stat st;
@@ -151,7 +151,7 @@ static int posix_list(struct remote *r, const char *path, struct remote_dirent *
 	while ((errno = 0, de = readdir(d)) != NULL) {
 		if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0)
 			continue;
-		if (strlen(de->d_name) >= REMOTE_NAME_MAX)
+		if (strlen(de->d_name) >= CACHE_NAME_MAX)
 			continue;
 		if (fstatat(dirfd(d), de->d_name, &st, AT_SYMLINK_NOFOLLOW) < 0)
 			continue; /* vanished between readdir and stat */
@@ -228,7 +228,7 @@ static ssize_t posix_read(struct remote *r, const struct remote_obj *obj, uint64
 			  size_t len)
 {
 	struct posix *p = P(r);
-	struct remote_attr now;
+	struct cache_attr now;
 	size_t want, done = 0;
 	struct stat st;
 	ssize_t got;

@@ -12,6 +12,14 @@
  * and "" for the root itself. Backends refuse names that would escape the
  * mount (empty, ".", ".." components, '/' inside a name) with -EINVAL.
  *
+ * Listings hold one entry per name (a name listed as a file and as a
+ * directory is shown as the file, as a stat answers) and only names that can
+ * be shown; every refusal is logged, once per name. Symlinks follow
+ * cfg->symlinks: "contained" (default) hides those whose target leaves the
+ * store (absolute, or climbing above its root), "none" hides all, "any" shows
+ * all. A hidden link is absent: not listed, -ENOENT from remote_stat() and
+ * remote_readlink().
+ *
  * Threads: every function may be called from many threads at once.
  * Errors: 0 or a byte count on success, negative errno on failure:
  *   -ENOENT   no such path;
@@ -30,30 +38,14 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+#include "cache_attr.h" /* struct cache_attr, cache_dirent: what stat and list fill */
 #include "cfg.h"
-
-#define REMOTE_VERSION_MAX 160 /* ETag (quoted, up to 128) or "size-mtime_ns" */
-#define REMOTE_NAME_MAX 256    /* one path component, NUL included */
-
-struct remote_attr {
-	uint64_t size;	  /* bytes; 0 for directories */
-	uint32_t mode;	  /* S_IFREG, S_IFDIR or S_IFLNK | permission bits */
-	int64_t mtime_ns; /* ns since the epoch; 0 when the store has none */
-	/* Identity of this content: blocks are cached under it, and reads carry it
-	 * (If-Match) so that a replaced object never mixes old and new bytes. */
-	char version[REMOTE_VERSION_MAX];
-};
-
-struct remote_dirent {
-	char name[REMOTE_NAME_MAX];
-	struct remote_attr attr;
-};
 
 /* The byte source a read is about: borrowed by the callee for the call only. */
 struct remote_obj {
 	const char *path;    /* relative path */
-	const char *version; /* remote_attr.version captured at open */
-	uint64_t size;	     /* remote_attr.size captured at open */
+	const char *version; /* cache_attr.version captured at open */
+	uint64_t size;	     /* cache_attr.size captured at open */
 };
 
 /* Counters, read without a lock (relaxed atomics). */
@@ -82,13 +74,13 @@ void remote_close(struct remote *r);
 /* "posix", "http", "s3". */
 const char *remote_kind(const struct remote *r);
 
-MCFS_MUST_CHECK int remote_stat(struct remote *r, const char *path, struct remote_attr *out);
+MCFS_MUST_CHECK int remote_stat(struct remote *r, const char *path, struct cache_attr *out);
 
 /*
  * Lists a directory. On success *out is an array of *n entries (caller frees
  * with free()); entries carry attributes. "." and ".." are not listed.
  */
-MCFS_MUST_CHECK int remote_list(struct remote *r, const char *path, struct remote_dirent **out,
+MCFS_MUST_CHECK int remote_list(struct remote *r, const char *path, struct cache_dirent **out,
 				size_t *n);
 
 /* Reads a symlink's target into buf (NUL-terminated). Returns its length. */

@@ -243,7 +243,7 @@ static int list_page(struct remote *r, struct s3 *s, const char *dir_prefix, uns
 	return rc;
 }
 
-static int s3_list(struct remote *r, const char *path, struct remote_dirent **out, size_t *n)
+static int s3_list(struct remote *r, const char *path, struct cache_dirent **out, size_t *n)
 {
 	struct s3 *s = r->priv;
 	struct remote_s3_page page;
@@ -277,7 +277,7 @@ static int s3_list(struct remote *r, const char *path, struct remote_dirent **ou
 	return 0;
 }
 
-static int s3_stat(struct remote *r, const char *path, struct remote_attr *out)
+static int s3_stat(struct remote *r, const char *path, struct cache_attr *out)
 {
 	struct s3 *s = r->priv;
 	char url[REMOTE_URL_MAX], what[REMOTE_URL_MAX], dir[REMOTE_URL_MAX];

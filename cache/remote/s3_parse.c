@@ -7,8 +7,10 @@
  * LastModified; CommonPrefixes/Prefix; IsTruncated; NextContinuationToken;
  * Error/Code). Text is accumulated per leaf, since expat may split it.
  * Keys are turned into names relative to the listed prefix here, once; names
- * that could escape the mount are dropped and logged here, before any other
- * layer sees them.
+ * that could escape the mount or can't be shown (256 bytes or more; a key too
+ * long to keep whole) are dropped and logged here, before any other layer sees
+ * them. XML 1.0 can't carry a NUL (&#0; is malformed), so no name is cut by
+ * one: such a page fails as malformed XML.
  */
 #define _GNU_SOURCE
 #include "net_int.h"
@@ -33,10 +35,12 @@ struct xml_ctx {
 	char stack[XML_DEPTH][32]; /* element names, truncated; depth may exceed XML_DEPTH */
 	char text[XML_TEXT_MAX];
 	size_t text_len;
+	bool text_cut; /* the leaf was longer than text: never used cut short */
 	bool in_contents, in_prefixes;
 	/* the <Contents> being read */
 	char key[XML_TEXT_MAX];
-	struct remote_attr attr;
+	bool key_cut;
+	struct cache_attr attr;
 	int rc;
 };
 
@@ -55,9 +59,11 @@ static void on_start(void *user, const XML_Char *name, const XML_Char **attrs)
 	c->depth++;
 	c->text_len = 0;
 	c->text[0] = '\0';
+	c->text_cut = false;
 	if (strcmp(name, "Contents") == 0) {
 		c->in_contents = true;
 		c->key[0] = '\0';
+		c->key_cut = false;
 		memset(&c->attr, 0, sizeof(c->attr));
 		c->attr.mode = S_IFREG | 0444;
 	} else if (strcmp(name, "CommonPrefixes") == 0) {
@@ -70,38 +76,45 @@ static void on_text(void *user, const XML_Char *s, int len)
 	struct xml_ctx *c = user;
 	size_t n = (size_t)len;
 
-	if (c->text_len + n >= sizeof(c->text))
+	if (c->text_len + n >= sizeof(c->text)) {
 		n = sizeof(c->text) - 1 - c->text_len;
+		c->text_cut = true;
+	}
 	memcpy(c->text + c->text_len, s, n);
 	c->text_len += n;
 	c->text[c->text_len] = '\0';
 }
 
-/* Adds one entry named by @key minus the prefix; refuses names that escape. */
-static void add_entry(struct xml_ctx *c, const char *key, bool dir, const struct remote_attr *a)
+/*
+ * Adds one entry named by @key minus the prefix; refuses (and logs) names that
+ * would escape the mount or can't be shown, and keys that were cut (@cut).
+ */
+static void add_entry(struct xml_ctx *c, const char *key, bool cut, bool dir,
+		      const struct cache_attr *a)
 {
 	struct remote_s3_page *p = c->page;
 	char name[XML_TEXT_MAX];
+	const char *why;
 	size_t n;
 
 	if (strncmp(key, c->prefix, c->prefix_len) != 0)
 		return; /* not ours: a server bug, ignore */
-	snprintf(name, sizeof(name), "%s", key + c->prefix_len);
+	memcpy(name, key + c->prefix_len, strlen(key + c->prefix_len) + 1);
 	n = strlen(name);
 	if (dir && n > 0 && name[n - 1] == '/')
 		name[--n] = '\0';
-	if (!dir && n == 0)
+	if (!dir && n == 0 && !cut)
 		return; /* the directory marker object itself */
-	if (n == 0 || n >= REMOTE_NAME_MAX || strchr(name, '/') || strcmp(name, ".") == 0 ||
-	    strcmp(name, "..") == 0) {
-		MCFS_WARN("s3: key '%s' under '%s' is refused: it would escape the mount", key,
-			  c->prefix);
+	why = cut ? "the key is longer than 2047 bytes" : remote_name_refusal(name);
+	if (why) {
+		MCFS_WARN("s3: key '%s%s' under '%s' (%zu bytes) is refused: %s", key,
+			  cut ? "..." : "", c->prefix, strlen(key), why);
 		p->refused++;
 		return;
 	}
 	if (p->n == p->cap) {
 		size_t cap = p->cap ? 2 * p->cap : 64;
-		struct remote_dirent *e = realloc(p->ents, cap * sizeof(*e));
+		struct cache_dirent *e = realloc(p->ents, cap * sizeof(*e));
 
 		if (!e) {
 			c->rc = -ENOMEM;
@@ -125,9 +138,10 @@ static void on_end(void *user, const XML_Char *name)
 	const char *parent = xml_parent(c);
 
 	if (c->in_contents && strcmp(parent, "Contents") == 0) {
-		if (strcmp(name, "Key") == 0)
-			snprintf(c->key, sizeof(c->key), "%s", c->text);
-		else if (strcmp(name, "Size") == 0)
+		if (strcmp(name, "Key") == 0) {
+			memcpy(c->key, c->text, c->text_len + 1);
+			c->key_cut = c->text_cut;
+		} else if (strcmp(name, "Size") == 0)
 			c->attr.size = strtoull(c->text, NULL, 10);
 		else if (strcmp(name, "ETag") == 0)
 			remote_copy(c->attr.version, sizeof(c->attr.version), c->text);
@@ -136,10 +150,10 @@ static void on_end(void *user, const XML_Char *name)
 			c->attr.mtime_ns = 0;
 	} else if (c->in_prefixes && strcmp(name, "Prefix") == 0 &&
 		   strcmp(parent, "CommonPrefixes") == 0) {
-		add_entry(c, c->text, true, NULL);
+		add_entry(c, c->text, c->text_cut, true, NULL);
 	} else if (strcmp(name, "Contents") == 0) {
 		c->in_contents = false;
-		add_entry(c, c->key, false, &c->attr);
+		add_entry(c, c->key, c->key_cut, false, &c->attr);
 	} else if (strcmp(name, "CommonPrefixes") == 0) {
 		c->in_prefixes = false;
 	} else if (strcmp(name, "IsTruncated") == 0) {
@@ -220,7 +234,7 @@ static int on_ini(void *user, const char *section, const char *name, const char 
 int remote_aws_profile_load(const char *file, const char *profile, struct remote_creds *out)
 {
 	struct profile_ctx c = {.profile = profile, .out = out};
-	int rc;
+	int rc, n;
 
 	memset(out, 0, sizeof(*out));
 	rc = ini_parse(file, on_ini, &c);
@@ -232,7 +246,10 @@ int remote_aws_profile_load(const char *file, const char *profile, struct remote
 		memset(out, 0, sizeof(*out));
 		return -ENOENT;
 	}
-	snprintf(out->source, sizeof(out->source), "profile '%s' in %s", profile, file);
+	n = snprintf(out->source, sizeof(out->source), "profile '%s' in %s", profile, file);
+	if (n < 0 || (size_t)n >= sizeof(out->source))
+		/* a path longer than any we expect: show that the log line is cut */
+		memcpy(out->source + sizeof(out->source) - 4, "...", 4);
 	return 0;
 }
 

@@ -19,6 +19,14 @@ dtype the fast path does not lay out (F4, F6), it prints a one-line notice
 on stderr and returns `safetensors.torch.load_file(path, device=device)`
 (with `tensors`, the selected tensors through `safetensors.safe_open`).
 
+A daemon that speaks another ioctl ABI than this package is refused with
+McfsError(EPROTO), whose message names both versions.
+
+`mcfs.patch_safetensors()` (or MCFS_SAFETENSORS=1 in the environment of a
+process, with the package installed by pip) routes safetensors' own
+`safe_open`/`load_file` for CUDA devices through the same path, unmodified
+callers included: see _switch.py.
+
 Pure Python over ctypes and fcntl: no build step. The ABI is mirrored in
 _abi.py from include/mcfs/mcfs_ioctl.h.
 """
@@ -29,26 +37,37 @@ import sys
 from . import _abi
 from ._header import Header, HeaderError, read as read_header, read_fd as read_header_fd
 from ._header import parse as parse_header
+from ._loader import IoctlTransport, odd_dtypes, torch_dtype
 from ._select import UnknownTensorError
 from . import _select
+from ._switch import patch_safetensors, unpatch_safetensors
 
 __all__ = ["load_file", "info", "prefetch", "read_header", "parse_header", "Header",
-           "HeaderError", "McfsError", "UnknownTensorError", "fast_path_reason"]
+           "HeaderError", "McfsError", "UnknownTensorError", "fast_path_reason",
+           "patch_safetensors", "unpatch_safetensors", "__version__"]
+
+# The release this package belongs to: the same as the daemon's MCFS_VERSION
+# (common/mcfs.h); pyproject.toml reads it from here.
+__version__ = "0.1.0"
 
 ABI = _abi.ABI
-
-# safetensors dtype name -> torch dtype attribute name (None: not laid out here)
-_TORCH_DTYPES = {
-    "BOOL": "bool", "U8": "uint8", "I8": "int8", "I16": "int16", "U16": "uint16",
-    "F16": "float16", "BF16": "bfloat16", "I32": "int32", "U32": "uint32", "F32": "float32",
-    "C64": "complex64", "F64": "float64", "I64": "int64", "U64": "uint64",
-    "F8_E5M2": "float8_e5m2", "F8_E4M3": "float8_e4m3fn", "F8_E8M0": "float8_e8m0fnu",
-    "F8_E4M3FNUZ": "float8_e4m3fnuz", "F8_E5M2FNUZ": "float8_e5m2fnuz",
-}
 
 
 class McfsError(OSError):
     """A load that mcfs accepted to do and could not; errno says which case."""
+
+
+def abi_mismatch(daemon_abi):
+    """Why a daemon speaking ioctl ABI `daemon_abi` is refused, and what to do."""
+    return ("the mcfs daemon speaks ioctl ABI %d, this Python package (mcfs %s) speaks ABI %d: "
+            "install the package from the same mcfs release as the daemon (pip install "
+            "./gpu/python in its source tree), or run the daemon that goes with this package"
+            % (daemon_abi, __version__, _abi.ABI))
+
+
+def abi_error(path, daemon_abi):
+    """The McfsError(EPROTO) for a daemon speaking ioctl ABI `daemon_abi`."""
+    return McfsError(errno.EPROTO, "mcfs: %s: %s" % (path, abi_mismatch(daemon_abi)))
 
 
 def info(path_or_fd):
@@ -77,7 +96,12 @@ def prefetch(path, offset=0, length=0):
     fd = os.open(path, os.O_RDONLY)
     try:
         r = _abi.PrefetchReq(abi_version=_abi.ABI, offset=offset, length=length)
-        _abi.ioctl(fd, _abi.IOC_PREFETCH, r)
+        try:
+            _abi.ioctl(fd, _abi.IOC_PREFETCH, r)
+        except OSError as e:
+            if e.errno == errno.EPROTO:
+                raise abi_error(path, _abi.info(fd).daemon_abi) from None
+            raise
         return r.blocks_started, r.blocks_cached, r.blocks_total, r.next_offset
     finally:
         os.close(fd)
@@ -92,19 +116,22 @@ def _torch_device(torch, device):
     return dev
 
 
-def fast_path_reason(fd, device, torch):
-    """None if the fast path can load the file open at `fd` to `device`, else why not."""
+def fast_path_reason(fd, device, torch, path="?"):
+    """None if the fast path can load the file open at `fd` to `device`, else why not.
+
+    Raises McfsError(EPROTO) for a daemon that speaks another ioctl ABI.
+    """
     dev = _torch_device(torch, device)
     if dev.type != "cuda":
         return "device %s is not a CUDA device" % dev
-    if not torch.cuda.is_available():
-        return "no CUDA GPU in this process"
     try:
         i = _abi.info(fd)
     except OSError as e:
         return "not on an mcfs mount (%s)" % os.strerror(e.errno)
     if i.daemon_abi != _abi.ABI:
-        return "the mcfs daemon speaks ioctl ABI %d, this package %d" % (i.daemon_abi, _abi.ABI)
+        raise abi_error(path, i.daemon_abi)
+    if not torch.cuda.is_available():
+        return "no CUDA GPU in this process"
     if not i.gpu_ok:
         return "mcfs GPU path unavailable: %s" % i.reason.decode(errors="replace")
     return None
@@ -121,9 +148,8 @@ def _fallback(path, device, reason, tensors=None):
         with st.safe_open(path, framework="pt", device=device) as f:
             names = _select.resolve(path, f.keys(), tensors)
             return {k: f.get_tensor(k) for k in sorted(names)}
-    if st.load_file is load_file:  # someone routed safetensors through us: no recursion
-        with st.safe_open(path, framework="pt", device=device) as f:
-            return {k: f.get_tensor(k) for k in f.keys()}
+    # With the switch on, this goes through its safe_open, which hands every
+    # load the fast path cannot do (the reason above) to safetensors' own.
     return st.load_file(path, device=device)
 
 
@@ -135,7 +161,7 @@ def _load_error(path, e):
 def _views(torch, buf, tensors, dst):
     out = {}
     for t in tensors:
-        dt = getattr(torch, _TORCH_DTYPES[t.dtype])
+        dt = torch_dtype(torch, t.dtype)
         at = dst[t.name]
         raw = buf[at:at + t.end - t.begin]
         if t.end == t.begin:
@@ -159,15 +185,16 @@ def load_file(path, device="cuda:0", tensors=None):
 
     Raises HeaderError for a malformed file, UnknownTensorError (a KeyError)
     for names or globs that select no tensor, McfsError (an OSError) when the
-    daemon refuses or fails the load (errno as in include/mcfs/mcfs_ioctl.h),
-    and OSError(EOPNOTSUPP) when the buffer cannot be exported with CUDA IPC.
+    daemon refuses or fails the load (errno as in include/mcfs/mcfs_ioctl.h;
+    EPROTO for a daemon that speaks another ioctl ABI), and OSError(EOPNOTSUPP)
+    when the buffer cannot be exported with CUDA IPC.
     """
     import torch
 
     path = os.fspath(path)
     fd = os.open(path, os.O_RDONLY)
     try:
-        reason = fast_path_reason(fd, device, torch)
+        reason = fast_path_reason(fd, device, torch, path)
         if reason is not None:
             return _fallback(path, device, reason, tensors)
         header = read_header_fd(fd)
@@ -177,9 +204,7 @@ def load_file(path, device="cuda:0", tensors=None):
             chosen = [t for t in header.tensors if t.name in names]
             if not chosen:
                 return {}
-        odd = sorted({t.dtype for t in chosen
-                      if _TORCH_DTYPES.get(t.dtype) is None
-                      or getattr(torch, _TORCH_DTYPES[t.dtype], None) is None})
+        odd = odd_dtypes(torch, chosen)
         if odd:
             return _fallback(path, device, "dtype %s not laid out by mcfs" % ", ".join(odd),
                              tensors)
@@ -193,55 +218,20 @@ def load_file(path, device="cuda:0", tensors=None):
         os.close(fd)
 
 
-def _send(fd, path, db, base, batch, flags):
-    req = _abi.LoadReq()
-    req.abi_version = _abi.ABI
-    req.flags = flags
-    req.ipc_handle[:] = db.handle
-    req.device_uuid[:] = db.uuid
-    req.device = db.device
-    req.nranges = len(batch)
-    for r, (off, n, at) in zip(req.ranges, batch):
-        r.file_off = base + off
-        r.len = n
-        r.dst_off = at
-    req.dst_offset = db.offset
-    req.dst_size = db.size
-    try:
-        _abi.ioctl(fd, _abi.IOC_LOAD, req)
-    except OSError as e:
-        raise _load_error(path, e) from None
-    return req.bytes
-
-
 def _load_into(fd, path, torch, buf, header, ranges):
     """Copies `ranges` (data-section offset, length, buffer offset) into buf.
 
     More ranges than one request holds go in several requests; the daemon
     keeps the buffer's IPC mapping open between them and closes it with the
     last (or, after a failure, with an empty request that only closes)."""
-    from ._cuda import devbuf_from_ptr
-
-    db = devbuf_from_ptr(buf.data_ptr())
-    db.size = min(db.size, buf.numel())
-    # The allocator may hand out memory that queued kernels still use: let them finish.
-    torch.cuda.current_stream(buf.device).synchronize()
-    todo = _select.batches(ranges, _abi.LOAD_MAX_RANGES)
-    copied = 0
+    base = header.data_offset
+    transport = IoctlTransport(torch, fd, path)
+    todo = _select.batches([(base + off, n, at) for off, n, at in ranges], _abi.LOAD_MAX_RANGES)
     try:
         for i, batch in enumerate(todo):
-            last = i == len(todo) - 1
             # one-shot: after the last request the daemon keeps no mapping of this buffer
-            copied += _send(fd, path, db, header.data_offset, batch,
-                            _abi.LOAD_F_CLOSE if last else 0)
+            transport.fill(buf, batch, i == len(todo) - 1)
     except BaseException:
         if len(todo) > 1:
-            try:
-                _send(fd, path, db, header.data_offset, [(0, 0, 0)], _abi.LOAD_F_CLOSE)
-            except OSError:
-                pass  # the daemon also closes it once this process is gone
+            transport.close(buf)
         raise
-    want = sum(n for _, n, _ in ranges)
-    if copied != want:
-        raise McfsError(errno.EIO, "mcfs: loading %s: %d of %d bytes copied"
-                        % (path, copied, want))

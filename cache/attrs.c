@@ -1,0 +1,208 @@
+/*
+ * attrs.c - what the store says about paths: attributes, listings, symlink
+ * targets and capacity, with the metadata policy around them (cache.h has
+ * the contract).
+ *
+ * Design. Two levels keep store answers: fs/'s inode table in memory, and
+ * LMDB (cache/meta) under cache_dir, which survives restarts. This file owns
+ * the rules for both: how long an answer is fresh (attr_ttl, negative_ttl),
+ * that "no such path" is an answer too, and what offline serves when the
+ * store fails. fs/ keeps only inode numbers and the answers with the
+ * expiry time handed out here; it does no ttl arithmetic of its own.
+ *
+ * Write-through: every definite store answer is recorded with its wall-clock
+ * time (LMDB commits here are NOSYNC pwrites: microseconds, see meta.h).
+ * Read-back happens only when the inode table has nothing fresh, which after
+ * a restart is once per path: a stat that misses memory costs one LMDB read
+ * transaction instead of a store request. A recorded answer's age is
+ * measured on the wall clock (the monotonic one restarts with the machine)
+ * and turned into a monotonic expiry for the caller.
+ *
+ * Failures to record are logged once by cache/meta and otherwise ignored:
+ * the store's answer is served either way. Symlink targets and capacity are
+ * not recorded: they go to the store every time.
+ *
+ * Threads: any; no lock of ours is taken here (LMDB has its own, and none is
+ * held across the store request).
+ */
+#define _GNU_SOURCE
+#include "cache_int.h"
+#ifdef MCFS_HAVE_NET
+#include "manifest.h"
+#endif
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Store answers that say something about the path (worth recording). */
+static bool definite(int rc)
+{
+	return rc == 0 || rc == -ENOENT || rc == -ENOTDIR;
+}
+
+/* Age in ns of a record fetched at wall time @fetched; -1 if it is from the future. */
+static int64_t age_of(int64_t fetched)
+{
+	int64_t age = cache_meta_now() - fetched;
+
+	return age < 0 ? -1 : age;
+}
+
+/* True if a record @age ns old (age_of()) is younger than @ttl seconds. */
+static bool young(int64_t age, double ttl)
+{
+	return age >= 0 && (double)age < ttl * 1e9;
+}
+
+/* The monotonic time @age ns ago (clamped at 1: 0 means "never"). */
+static uint64_t mono_ago(int64_t age)
+{
+	uint64_t now = mcfs_now_ns();
+
+	return (uint64_t)age < now ? now - (uint64_t)age : 1;
+}
+
+/*
+ * When an answer learned at monotonic time @learned stops being fresh after
+ * @ttl seconds: fresh while now - learned < ttl, that is now < the result
+ * (rounded up, so that a fractional ns ttl keeps the same last fresh ns).
+ * A ttl of 0 gives @learned, never fresh again.
+ */
+static uint64_t expiry(uint64_t learned, double ttl)
+{
+	double ns = ttl * 1e9;
+	uint64_t whole;
+
+	if (ns >= (double)(UINT64_MAX - learned))
+		return UINT64_MAX;
+	whole = (uint64_t)ns;
+	if ((double)whole < ns)
+		whole++;
+	return learned + whole;
+}
+
+bool cache_attr_fresh(uint64_t expires)
+{
+	return mcfs_now_ns() < expires;
+}
+
+/* The ttl that applies to an answer: attributes, or "no such path". */
+static double ttl_of(const struct cache *c, bool exists)
+{
+	return exists ? c->cfg->attr_ttl : c->cfg->negative_ttl;
+}
+
+int cache_stat(struct cache *c, const char *path, struct cache_attr *a, uint64_t *expires)
+{
+	struct cache_meta *m = c->meta;
+	struct cache_attr old;
+	bool exists = false, have_old = false;
+	int64_t fetched, age;
+	int rc;
+
+	if (m && cache_meta_get_attr(m, path, &old, &exists, &fetched) == 0) {
+		have_old = true;
+		age = age_of(fetched);
+		if (young(age, ttl_of(c, exists))) {
+			*a = old;
+			*expires = expiry(mono_ago(age), ttl_of(c, exists));
+			return exists ? 0 : -ENOENT;
+		}
+	}
+	rc = remote_stat(c->remote, path, a);
+	if (definite(rc)) {
+		*expires = expiry(mcfs_now_ns(), ttl_of(c, rc == 0));
+		if (m) {
+			int put =
+			    cache_meta_put_attr(m, path, rc == 0 ? a : NULL, cache_meta_now());
+
+			if (put < 0) /* warned about once by cache/meta */
+				MCFS_DEBUG("%s: attributes not recorded: %s", path, strerror(-put));
+		}
+		return rc;
+	}
+	if (c->cfg->offline && have_old) {
+		MCFS_DEBUG("offline: %s from the metadata cache (store: %s)", path, strerror(-rc));
+		*a = old;
+		*expires = expiry(mcfs_now_ns(), ttl_of(c, exists));
+		return exists ? 0 : -ENOENT;
+	}
+	return rc;
+}
+
+int cache_list(struct cache *c, const char *path, struct cache_dirent **ents, size_t *n,
+	       uint64_t *expires)
+{
+	struct cache_meta *m = c->meta;
+	struct cache_dirent *old = NULL;
+	size_t nold = 0;
+	int64_t fetched, age;
+	int rc;
+
+	if (m && cache_meta_get_list(m, path, &old, &nold, &fetched) == 0) {
+		age = age_of(fetched);
+		if (young(age, c->cfg->attr_ttl)) {
+			*ents = old;
+			*n = nold;
+			*expires = expiry(mono_ago(age), c->cfg->attr_ttl);
+			return 0;
+		}
+	}
+	rc = remote_list(c->remote, path, ents, n);
+	if (rc == 0) {
+		*expires = expiry(mcfs_now_ns(), c->cfg->attr_ttl);
+		if (m) {
+			int put = cache_meta_put_list(m, path, *ents, *n, cache_meta_now());
+
+			if (put < 0) /* warned about once by cache/meta */
+				MCFS_DEBUG("listing of '%s' not recorded: %s", path,
+					   strerror(-put));
+		}
+		free(old);
+		return 0;
+	}
+	if (c->cfg->offline && old && rc != -ENOENT && rc != -ENOTDIR) {
+		MCFS_DEBUG("offline: listing of '%s' from the metadata cache (store: %s)", path,
+			   strerror(-rc));
+		*ents = old;
+		*n = nold;
+		*expires = expiry(mcfs_now_ns(), c->cfg->attr_ttl);
+		return 0;
+	}
+	free(old);
+	return rc;
+}
+
+void cache_forget_attr(struct cache *c, const char *path)
+{
+	int rc;
+
+	if (!c->meta)
+		return;
+	rc = cache_meta_del_attr(c->meta, path);
+	if (rc < 0) /* warned about once by cache/meta */
+		MCFS_DEBUG("%s: recorded attributes not forgotten: %s", path, strerror(-rc));
+}
+
+int cache_readlink(struct cache *c, const char *path, char *buf, size_t len)
+{
+	return remote_readlink(c->remote, path, buf, len);
+}
+
+void cache_statfs(struct cache *c, uint64_t *total_bytes, uint64_t *free_bytes)
+{
+	if (remote_statfs(c->remote, total_bytes, free_bytes) < 0)
+		*total_bytes = *free_bytes = 0; /* object stores have no capacity to report */
+}
+
+int cache_write_manifest(const char *dir, FILE *out)
+{
+#ifdef MCFS_HAVE_NET
+	return remote_manifest_write(dir, out);
+#else
+	(void)out;
+	fprintf(stderr, "mcfs: manifest %s: this mcfs is built without the http store\n", dir);
+	return -ENOTSUP;
+#endif
+}

@@ -1,0 +1,203 @@
+/*
+ * counters.h - every counter of the daemon, declared once.
+ *
+ * CACHE_COUNTERS(X) below is the one table. Each row is
+ *
+ *	X(src, field, key, type, prom, label, help)
+ *
+ *   src    where the value is counted, and so the struct that holds it:
+ *	      CACHE  struct cache_stats, by cache/ (blocks.c, tiers.c, read.c,
+ *		     and the store's counters, which cache_get_stats() copies in);
+ *	      DISK   struct cache_disk_stats, by the disk tier (disk.c), reached
+ *		     as cache_stats.disk; 0 when there is no disk tier;
+ *	      FS     struct fs_session, by fs/ (a relaxed atomic each).
+ *   field  the member of that struct. The structs' counter members are
+ *	    generated from the table (CACHE and DISK here, FS in fs/fs_int.h),
+ *	    so a row is all it takes to declare one.
+ *   key    its line in the root's user.mcfs.stats xattr ("key value"), which
+ *	    `mcfs status` parses back (fs/stats.c). The lines come in table
+ *	    order, and scripts read them by name: never rename or reorder a
+ *	    key; add new rows at the end.
+ *   type   COUNTER (only grows) or GAUGE (a level, or a state code).
+ *   prom   its Prometheus family without the "mcfs_" prefix, or NULL when the
+ *	    value is not exported as it is (fs/metrics.c renders those that
+ *	    it derives from several rows: totals split by result, seconds from
+ *	    nanoseconds, disk_full from disk_state). Counters end in _total.
+ *   label  the sample's label pair within its family (tier="ram"), or NULL.
+ *	    Rows of one family share its type and help; DISK rows are
+ *	    exported only when there is a disk tier.
+ *   help   what the value means: the family's HELP line, and the key's
+ *	    documentation.
+ *
+ * Why here: the architecture gives the counters to cache/, and fs/ may read
+ * cache/'s public headers while cache/ must know nothing of fs/. So the
+ * table lives in cache/ and names fs/'s counters (the FS rows) only as
+ * text: cache/ never expands those rows, fs/ generates its session's
+ * fields from them. The renderings, all of them generated from the table
+ * (the xattr text and its parser, the Prometheus lines), are fs/'s, in
+ * fs/stats.c, since they are what the mount shows.
+ *
+ * The store's counters (store_*) are CACHE rows, not a struct embedded like
+ * the disk tier's: struct remote_stats belongs to cache/remote, whose header
+ * nothing outside cache/ may see, so cache_get_stats() copies its five
+ * fields over.
+ */
+#ifndef MCFS_CACHE_COUNTERS_H
+#define MCFS_CACHE_COUNTERS_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+enum cache_counter_type {
+	CACHE_COUNTER, /* only grows while the daemon runs */
+	CACHE_GAUGE,   /* goes up and down */
+};
+
+#define CACHE_TIER_RAM "tier=\"ram\""
+#define CACHE_TIER_DISK "tier=\"disk\""
+
+/* clang-format off */
+#define CACHE_COUNTERS(X)                                                                          \
+	X(CACHE, block_size, "block_size", GAUGE, "cache_block_size_bytes", NULL,                  \
+	  "The unit fetched, cached and evicted.")                                                 \
+	X(CACHE, slots, "slots", GAUGE, "cache_slots", CACHE_TIER_RAM,                             \
+	  "Block slots of a cache tier.")                                                          \
+	X(CACHE, slots_used, "slots_used", GAUGE, "cache_slots_used", CACHE_TIER_RAM,              \
+	  "Slots holding a block, loading or ready.")                                              \
+	X(CACHE, hits, "hits", COUNTER, "cache_hits_total", CACHE_TIER_RAM,                        \
+	  "Block gets answered from a cache tier.")                                                \
+	X(CACHE, misses, "misses", COUNTER, "cache_misses_total", CACHE_TIER_RAM,                  \
+	  "Block gets a cache tier did not hold (the disk tier's went to the store).")             \
+	X(CACHE, waits, "waits", COUNTER, "cache_waits_total", NULL,                               \
+	  "Block gets that joined a fetch already in flight (single flight).")                     \
+	X(CACHE, evictions, "evictions", COUNTER, "cache_evictions_total", CACHE_TIER_RAM,         \
+	  "Blocks dropped for room.")                                                              \
+	X(CACHE, fetches, "fetches", COUNTER, NULL, NULL,                                          \
+	  "Block fetches from the store, done or failed (Prometheus: fetches_total by result).")   \
+	X(CACHE, fetch_errors, "fetch_errors", COUNTER, NULL, NULL,                                \
+	  "Block fetches from the store that failed.")                                             \
+	X(CACHE, fetched_bytes, "fetched_bytes", COUNTER, "fetched_bytes_total", NULL,             \
+	  "Bytes of blocks fetched from the store.")                                               \
+	X(CACHE, prefetches, "prefetches", COUNTER, "prefetches_total", NULL,                      \
+	  "Fetches started by readahead or prefetch.")                                             \
+	X(CACHE, prefetch_unused, "prefetch_unused", COUNTER, "prefetch_unused_total", NULL,       \
+	  "Prefetched blocks evicted before any read.")                                            \
+	X(CACHE, inflight, "inflight", GAUGE, "fetches_inflight", NULL,                            \
+	  "Block fetches running now.")                                                            \
+	X(CACHE, store_requests, "store_requests", COUNTER, NULL, NULL,                            \
+	  "Store operations (stat, list, readlink, read) issued, retries included "               \
+	  "(Prometheus: store_requests_total by result).")                                         \
+	X(CACHE, store_reads, "store_reads", COUNTER, "store_read_requests_total", NULL,           \
+	  "Ranged reads issued to the store.")                                                     \
+	X(CACHE, store_bytes, "store_bytes", COUNTER, "store_read_bytes_total", NULL,              \
+	  "Bytes received by reads from the store.")                                               \
+	X(CACHE, store_errors, "store_errors", COUNTER, NULL, NULL,                                \
+	  "Store operations that failed for good.")                                                \
+	X(CACHE, store_retries, "store_retries", COUNTER, "store_retries_total", NULL,             \
+	  "Store attempts retried after an error.")                                                \
+	X(CACHE, reads, "fuse_reads", COUNTER, "fuse_read_requests_total", NULL,                      \
+	  "FUSE read requests answered with data.")                                                \
+	X(CACHE, read_bytes, "fuse_read_bytes", COUNTER, "fuse_read_bytes_total", NULL,               \
+	  "Bytes of the FUSE read replies.")                                                       \
+	X(CACHE, ram_prefault, "ram_prefault", GAUGE, NULL, NULL,                                  \
+	  "ram_prefault's progress: enum cache_prefault_state (0 off, 1 running, 2 done, "         \
+	  "3 stopped on low memory).")                                                             \
+	X(CACHE, ram_faulted_bytes, "ram_faulted_bytes", GAUGE, "cache_ram_faulted_bytes", NULL,   \
+	  "RAM-tier bytes faulted in by ram_prefault (its memory is committed).")                  \
+	X(CACHE, disk_state, "disk_state", GAUGE, NULL, NULL,                                      \
+	  "The disk tier: 0 off (disk_off_reason says why), 1 on, 2 full (ENOSPC: RAM only "       \
+	  "since; Prometheus: disk_full).")                                                        \
+	X(DISK, slots, "disk_slots", GAUGE, "cache_slots", CACHE_TIER_DISK,                        \
+	  "Block slots of a cache tier.")                                                          \
+	X(DISK, slots_used, "disk_slots_used", GAUGE, "cache_slots_used", CACHE_TIER_DISK,         \
+	  "Slots holding a block, loading or ready.")                                              \
+	X(DISK, bytes_limit, "disk_bytes_limit", GAUGE, "cache_capacity_bytes", CACHE_TIER_DISK,   \
+	  "Size of a cache tier.")                                                                 \
+	X(DISK, bytes_used, "disk_bytes_used", GAUGE, "cache_used_bytes", CACHE_TIER_DISK,         \
+	  "Bytes of a cache tier holding blocks (whole slots).")                                   \
+	X(DISK, hits, "disk_hits", COUNTER, "cache_hits_total", CACHE_TIER_DISK,                   \
+	  "Block gets answered from a cache tier.")                                                \
+	X(DISK, misses, "disk_misses", COUNTER, "cache_misses_total", CACHE_TIER_DISK,             \
+	  "Block gets a cache tier did not hold (the disk tier's went to the store).")             \
+	X(DISK, read_bytes, "disk_read_bytes", COUNTER, "disk_read_bytes_total", NULL,             \
+	  "Bytes read from the disk tier.")                                                        \
+	X(DISK, writes, "disk_writes", COUNTER, "disk_writes_total", NULL,                         \
+	  "Blocks written behind to the disk tier.")                                               \
+	X(DISK, written_bytes, "disk_written_bytes", COUNTER, "disk_written_bytes_total", NULL,    \
+	  "Bytes written behind to the disk tier.")                                                \
+	X(DISK, write_drops, "disk_write_drops", COUNTER, "disk_write_drops_total", NULL,          \
+	  "Blocks not written behind (queue full or write failed).")                               \
+	X(DISK, csum_errors, "disk_csum_errors", COUNTER, "disk_checksum_errors_total", NULL,      \
+	  "Disk blocks that failed their checksum (dropped and fetched again).")                   \
+	X(DISK, io_errors, "disk_io_errors", COUNTER, "disk_io_errors_total", NULL,                \
+	  "Disk tier reads or writes that failed.")                                                \
+	X(DISK, evictions, "disk_evictions", COUNTER, "cache_evictions_total", CACHE_TIER_DISK,    \
+	  "Blocks dropped for room.")                                                              \
+	X(DISK, queued, "disk_queued", GAUGE, "disk_write_queue", NULL,                            \
+	  "Write-behind jobs queued or being written.")                                            \
+	/* ---- rows added after the keys above were published: append only ---- */              \
+	X(CACHE, prefetch_bytes, "prefetch_bytes", GAUGE, "prefetch_bytes", NULL,                  \
+	  "Readahead memory in use (budget: prefetch_mem).")                                       \
+	X(CACHE, ram_bytes_limit, "ram_bytes_limit", GAUGE, "cache_capacity_bytes", CACHE_TIER_RAM,\
+	  "Size of a cache tier.")                                                                 \
+	X(CACHE, ram_bytes_used, "ram_bytes_used", GAUGE, "cache_used_bytes", CACHE_TIER_RAM,      \
+	  "Bytes of a cache tier holding blocks (whole slots).")                                   \
+	X(CACHE, disk_off_reason, "disk_off_reason", GAUGE, NULL, NULL,                            \
+	  "Why there is no disk tier: enum cache_disk_off (0 while there is one).")                \
+	X(CACHE, disk_off_errno, "disk_off_errno", GAUGE, NULL, NULL,                              \
+	  "The errno that left the disk tier off, or 0.")                                          \
+	X(FS, gpu_loads, "gpu_loads", COUNTER, NULL, NULL,                                         \
+	  "GPU loads served (Prometheus: gpu_loads_total by result).")                             \
+	X(FS, gpu_load_errors, "gpu_load_errors", COUNTER, NULL, NULL,                             \
+	  "GPU loads that failed.")                                                                \
+	X(FS, gpu_load_bytes, "gpu_load_bytes", COUNTER, "gpu_load_bytes_total", NULL,             \
+	  "Bytes copied to GPU memory by loads.")                                                  \
+	X(FS, gpu_load_ns, "gpu_load_ns", COUNTER, NULL, NULL,                                     \
+	  "Nanoseconds spent in GPU loads that succeeded (Prometheus: gpu_load_seconds_total).")  \
+	X(FS, fuse_max_request, "fuse_max_request", GAUGE, "fuse_max_request_bytes", NULL,         \
+	  "Bytes one FUSE READ may ask for, as FUSE INIT granted (0 before INIT).")                \
+	X(FS, fuse_io_uring, "fuse_io_uring", GAUGE, "fuse_io_uring", NULL,                        \
+	  "1 once a request came over FUSE io_uring, else 0.")                                     \
+	X(CACHE, backing_files, "backing_files", GAUGE, "backing_files", NULL,                     \
+	  "Complete file versions with a backing file for FUSE passthrough.")                      \
+	X(CACHE, backing_bytes, "backing_bytes", GAUGE, "backing_bytes", NULL,                     \
+	  "Bytes of those backing files (a second copy on disk, bound by disk_cache).")            \
+	X(CACHE, backing_builds, "backing_builds", COUNTER, "backing_builds_total", NULL,          \
+	  "Backing files built from the verified tiers.")                                          \
+	X(FS, passthrough, "passthrough", GAUGE, "fuse_passthrough", NULL,                         \
+	  "1 when FUSE passthrough was agreed with the kernel, else 0.")                           \
+	X(FS, passthrough_opens, "passthrough_opens", COUNTER, "passthrough_opens_total", NULL,    \
+	  "Opens answered with passthrough: the kernel reads the backing file itself.")            \
+	X(FS, passthrough_fallbacks, "passthrough_fallbacks", COUNTER,                             \
+	  "passthrough_fallbacks_total", NULL,                                                     \
+	  "Opens of a complete file that went through the cache instead (cached opens of the "     \
+	  "inode, another version open, or the kernel refused the backing file).")
+/* clang-format on */
+
+/* Why there is no disk tier (disk_off_reason); cache_disk_off_text() words it. */
+enum cache_disk_off {
+	CACHE_DISK_OFF_NONE = 0,   /* there is one (disk_state 1 or 2) */
+	CACHE_DISK_OFF_NO_DIR = 1, /* cache_dir is empty */
+	CACHE_DISK_OFF_DIR = 2,	   /* the store's directory could not be made or used (errno) */
+	CACHE_DISK_OFF_LOCKED = 3, /* another daemon of the same store holds that directory */
+	CACHE_DISK_OFF_META = 4,   /* the metadata store (LMDB) would not open (errno) */
+	CACHE_DISK_OFF_DISK = 5,   /* the block file would not open (errno); metadata is kept */
+};
+
+/* The struct members of one source's rows: uint64_t FIELD; for each. */
+#define CACHE_CTR_MEMBER(src, field, ...) CACHE_CTR_MEMBER_##src(field)
+#define CACHE_CTR_MEMBER_CACHE(field) uint64_t field;
+#define CACHE_CTR_MEMBER_DISK(field)
+#define CACHE_CTR_MEMBER_FS(field)
+#define CACHE_DISK_MEMBER(src, field, ...) CACHE_DISK_MEMBER_##src(field)
+#define CACHE_DISK_MEMBER_CACHE(field)
+#define CACHE_DISK_MEMBER_DISK(field) uint64_t field;
+#define CACHE_DISK_MEMBER_FS(field)
+
+/* The disk tier's counters (the DISK rows), as cache_disk_get_stats() reads them. */
+struct cache_disk_stats {
+	CACHE_COUNTERS(CACHE_DISK_MEMBER)
+	bool full; /* ENOSPC seen: no more writes (disk_state 2) */
+};
+
+#endif
