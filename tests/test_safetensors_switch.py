@@ -30,7 +30,9 @@ safetensors = pytest.importorskip("safetensors", reason="the safetensors package
 
 
 def run_py(code, *args):
-    env = dict(os.environ, PYTHONPATH=PKG)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+        [PKG]
+        + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]))
     env.pop("MCFS_SAFETENSORS", None)
     return subprocess.run([sys.executable, "-c", textwrap.dedent(code), *args],
                           capture_output=True, text=True, env=env, timeout=300)

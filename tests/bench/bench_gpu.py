@@ -14,6 +14,9 @@ Rows (GB/s = 1e9 bytes/s of the data section; medians of --runs):
   mcfs disk tier          mcfs.load_file after a restart on the same cache_dir: each run
                           a fresh mount (RAM tier empty, pinned), page cache dropped;
                           the note gives the store reads of all runs (0: all from disk)
+  switch                  safetensors load_file, transformers and diffusers from_pretrained
+                          through the mount with the safetensors switch off and on
+                          (tests/bench/switch_rows.py)
 
     sudo MCFS_BIN=build/fs/mcfs python3 tests/bench/bench_gpu.py --size-gib 8 --out table.md
 """
@@ -38,8 +41,9 @@ from mcfs import _abi  # noqa: E402
 from mcfs._cuda import devbuf_from_ptr  # noqa: E402
 from conftest import mcfs_mount  # noqa: E402
 import gpu_rows  # noqa: E402
+import switch_rows  # noqa: E402
 
-SECTIONS = ["basic", "concurrent", "network", "disk", "peers"]
+SECTIONS = ["basic", "concurrent", "network", "disk", "peers", "switch"]
 
 
 def log(*a):
@@ -263,6 +267,8 @@ def main():
     ap.add_argument("--peers", type=lambda v: v.split(","), default=gpu_rows.PEERS)
     ap.add_argument("--peer-runs", type=int, default=None, help="runs of each peer row "
                     "(default: --runs)")
+    ap.add_argument("--switch-runs", type=int, default=2,
+                    help="runs of each framework row of the switch section, off and on")
     ap.add_argument("--daemon-env", action="append", default=[],
                     help="K=V for the daemon of extra concurrent RAM-tier rows")
     a = ap.parse_args()
@@ -317,6 +323,7 @@ def main():
                                             limit, timed_load, wait_pinned, pretouch),
         "disk": lambda: disk_tier_row(a, src, mnt, opts, fsize, data_len, row),
         "peers": lambda: gpu_rows.peers(row, a, fpath, data_len, want_sums, fs_of),
+        "switch": lambda: switch_rows.rows(row, a, src, timed_load, wait_pinned, drop_caches),
     }
     failed = []
     for name in SECTIONS:
