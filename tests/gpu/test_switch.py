@@ -221,12 +221,12 @@ def test_diffusers_from_pretrained(tmp):
         import os, sys, torch
         from diffusers import AutoencoderKL, DDPMPipeline, DDPMScheduler, UNet2DModel
         torch.manual_seed(0)
-        with torch.device("cuda"):  # Stable Diffusion's VAE layout: 84M parameters
-            vae = AutoencoderKL(block_out_channels=(128, 256, 512, 512), layers_per_block=2,
-                                down_block_types=("DownEncoderBlock2D",) * 4,
-                                up_block_types=("UpDecoderBlock2D",) * 4, latent_channels=4)
+        with torch.device("cuda"):  # 43 MB of float32: small, yet far above HEADER_SLACK
+            vae = AutoencoderKL(block_out_channels=(64, 128, 256), layers_per_block=1,
+                                down_block_types=("DownEncoderBlock2D",) * 3,
+                                up_block_types=("UpDecoderBlock2D",) * 3)
         vae.save_pretrained(os.path.join(sys.argv[1], "vae"))
-        vae.save_pretrained(os.path.join(sys.argv[1], "vae-sharded"), max_shard_size="100MB")
+        vae.save_pretrained(os.path.join(sys.argv[1], "vae-sharded"), max_shard_size="10MB")
         with torch.device("cuda"):
             unet = UNet2DModel(sample_size=32, block_out_channels=(64, 128), layers_per_block=1,
                                down_block_types=("DownBlock2D", "AttnDownBlock2D"),
@@ -240,20 +240,20 @@ def test_diffusers_from_pretrained(tmp):
     assert len(shards) > 1, shards
     size = sum(os.path.getsize(os.path.join(d, f)) for d, _, fs in os.walk(src) for f in fs
                if f.endswith(".safetensors"))
-    with mcfs_mount(src, str(tmp / "mnt"), opts=["ram_cache=2G"]) as m:
+    with mcfs_mount(src, str(tmp / "mnt"), opts=["ram_cache=512M"]) as m:
         results, reads = {}, {}
-        for switch in ("off", "before", "after", "off2"):
+        for switch in ("off", "before", "after"):
             drop_page_cache()  # so that reads through FUSE show in fuse_read_bytes
             s0 = m.stats()["fuse_read_bytes"]
             results[switch], _ = run(DIFFUSERS, switch, str(tmp / "mnt"))
             reads[switch] = m.stats()["fuse_read_bytes"] - s0
-    ref = results["off2"]
-    for switch in ("off", "before", "after"):
+    ref = results["off"]
+    for switch in ("before", "after"):
         for key in ref:
             assert results[switch][key]["state"] == ref[key]["state"], (switch, key)
             assert results[switch][key].get("out") == ref[key].get("out"), (switch, key)
     for switch in ("before", "after"):
         assert reads[switch] < HEADER_SLACK, (switch, reads)
-    print("diffusers %s from_pretrained, %d bytes of safetensors in 4 loads; switch off / on (s): "
+    print("diffusers %s from_pretrained of %d bytes of safetensors; switch off / on (s): "
           % (diffusers.__version__, size) + ", ".join(
               "%s %.3f / %.3f" % (k, ref[k]["s"], results["before"][k]["s"]) for k in ref))
