@@ -171,11 +171,13 @@ struct load {
 	bool pf_done;
 };
 
-static int retire_oldest(struct load *l)
+static int retire_oldest(struct load *l, struct gpu_load_result *res)
 {
+	unsigned long long t0 = mcfs_now_ns();
 	cudaError_t e;
 
 	e = cudaEventSynchronize(l->s->ev[l->head]);
+	res->wait_copies_ns += mcfs_now_ns() - t0;
 	cache_block_put(l->g->cache, l->ring[l->head]);
 	l->head = (l->head + 1) % l->window;
 	l->count--;
@@ -219,11 +221,13 @@ static int copy_one(struct load *l, const struct piece *p, struct gpu_load_resul
 	struct cache_block *b;
 	cudaStream_t st = l->s->s[l->issued % GPU_NSTREAMS];
 	unsigned slot = (l->head + l->count) % l->window;
+	unsigned long long t0 = mcfs_now_ns();
 	const char *src;
 	cudaError_t e;
 	int rc;
 
 	rc = cache_block_get(l->g->cache, l->f, p->sp.index, &b);
+	res->wait_blocks_ns += mcfs_now_ns() - t0;
 	if (rc < 0)
 		return rc;
 	src = cache_block_data(b) + p->sp.boff;
@@ -265,7 +269,7 @@ static int run_copy(struct load *l, gpu_interrupted_fn intr, void *arg, struct g
 			break;
 		}
 		if (l->count == l->window) {
-			rc = retire_oldest(l);
+			rc = retire_oldest(l, res);
 			if (rc < 0)
 				break;
 		}
@@ -285,7 +289,7 @@ static int run_copy(struct load *l, gpu_interrupted_fn intr, void *arg, struct g
 			break;
 	}
 	while (l->count) {
-		rc2 = retire_oldest(l);
+		rc2 = retire_oldest(l, res);
 		if (rc == 0)
 			rc = rc2;
 	}
@@ -314,6 +318,7 @@ int gpu_load(struct gpu *g, struct cache_file *f, const struct gpu_load_req *req
 	     gpu_interrupted_fn intr, void *intr_arg, struct gpu_load_result *res)
 {
 	struct load l = {.g = g, .f = f, .pf_last = UINT64_MAX};
+	unsigned long long t0;
 	uint64_t nslots;
 	struct gpu_ipc *e;
 	cudaError_t err;
@@ -334,7 +339,9 @@ int gpu_load(struct gpu *g, struct cache_file *f, const struct gpu_load_req *req
 			  cudaGetErrorString(err));
 		return -ENODEV;
 	}
+	t0 = mcfs_now_ns();
 	rc = gpu_ipc_acquire(g, req->ipc_handle, l.dev, req->owner, &e);
+	res->ipc_ns = mcfs_now_ns() - t0;
 	if (rc < 0)
 		return rc;
 	rc = check_dst(e, req);
@@ -357,6 +364,8 @@ int gpu_load(struct gpu *g, struct cache_file *f, const struct gpu_load_req *req
 		rc = run_copy(&l, intr, intr_arg, res);
 		gpu_streams_put(g, l.s);
 	}
+	t0 = mcfs_now_ns();
 	gpu_ipc_release(g, e, req->close_after);
+	res->ipc_ns += mcfs_now_ns() - t0;
 	return rc;
 }

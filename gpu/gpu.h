@@ -71,11 +71,16 @@ struct gpu_load_req {
 	unsigned nranges;
 };
 
-/* Per-load results. */
+/* Per-load results. The times say where a slow load waited (the debug log
+ * prints them): opening the caller's IPC handle, blocks not in the RAM tier
+ * yet (fetches), or the copy engine (DMA). */
 struct gpu_load_result {
 	uint64_t bytes;	   /* copied to the device */
 	uint64_t blocks;   /* block copies issued (a block shared by two ranges counts twice) */
 	uint64_t unpinned; /* of which from memory not registered with CUDA */
+	uint64_t ipc_ns;   /* opening (or finding) and releasing the IPC mapping */
+	uint64_t wait_blocks_ns; /* in cache_block_get(): blocks being fetched */
+	uint64_t wait_copies_ns; /* waiting for copies to complete */
 };
 
 /* What the GPU module offers now (MCFS_IOC_INFO's GPU fields). */

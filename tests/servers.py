@@ -57,7 +57,7 @@ class Nginx:
     """nginx serving `root` with Range, keep-alive and a JSON autoindex."""
 
     def __init__(self, root, workdir=None, port=None, autoindex=True, access_log=None, extra="",
-                 tls=None):
+                 tls=None, workers=2):
         self.root = os.path.abspath(root)
         self.tls = tls  # (cert.pem, key.pem): serve https
         self.extra = extra  # more directives for the server block (e.g. "etag off;")
@@ -67,6 +67,7 @@ class Nginx:
         self.autoindex = autoindex  # True or "json": JSON listings; "html": HTML; False: none
         self.url = "%s://127.0.0.1:%d" % ("https" if tls else "http", self.port)
         self.pid = None
+        self.workers = workers  # worker processes: a number, or "auto" (one per CPU)
 
     def start(self):
         os.makedirs(self.dir, exist_ok=True)
@@ -78,7 +79,7 @@ class Nginx:
         with open(conf, "w") as f:
             f.write("""
 %(user)s
-worker_processes 2;
+worker_processes %(w)s;
 pid %(d)s/nginx.pid;
 error_log %(d)s/error.log warn;
 daemon on;
@@ -98,7 +99,7 @@ http {
         %(extra)s
     }
 }
-""" % {"d": self.dir, "p": self.port, "r": self.root, "ai": ai, "user": user, "extra": self.extra,
+""" % {"d": self.dir, "p": self.port, "w": self.workers, "r": self.root, "ai": ai, "user": user, "extra": self.extra,
        "ssl": (" ssl; ssl_certificate %s; ssl_certificate_key %s" % self.tls) if self.tls else "",
        "log": self.access_log or "off"})
         nginx = shutil.which("nginx") or "/usr/sbin/nginx"

@@ -30,7 +30,9 @@ safetensors = pytest.importorskip("safetensors", reason="the safetensors package
 
 
 def run_py(code, *args):
-    env = dict(os.environ, PYTHONPATH=PKG)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+        [PKG]
+        + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]))
     env.pop("MCFS_SAFETENSORS", None)
     return subprocess.run([sys.executable, "-c", textwrap.dedent(code), *args],
                           capture_output=True, text=True, env=env, timeout=300)
@@ -147,7 +149,9 @@ def test_switch_before_safetensors_is_imported():
         import safetensors.numpy
         assert safe_open is sw.safe_open and safetensors.numpy.safe_open is sw.safe_open
         assert sw.original_safe_open().__name__ == "safe_open"
-        assert not any(type(f).__name__ == "_Finder" for f in sys.meta_path), sys.meta_path
+        # the import hook stays only while diffusers' model loading is not imported
+        finders = [type(f).__name__ for f in sys.meta_path].count("_Finder")
+        assert finders == ("diffusers.models.modeling_utils" not in sys.modules), sys.meta_path
         print("ok")
     """)
     assert out.returncode == 0 and out.stdout.strip() == "ok", out.stdout + out.stderr
@@ -234,6 +238,9 @@ class PreadTransport:
             data = os.pread(self.fd, n, off)
             assert len(data) == n
             buf[at:at + n].copy_(self.torch.frombuffer(bytearray(data), dtype=self.torch.uint8))
+
+    def close(self, buf):
+        PreadTransport.calls.append((buf.numel(), "close", True))
 
 
 def fast_open(torch, path, transport=PreadTransport, whole=True):
@@ -393,6 +400,22 @@ def test_loads_batch_through_the_arena(tmp_path):
         assert PreadTransport.calls == [(sizes[5], [(h.data_offset + h.tensors[5].begin,
                                                       sizes[5], 0)], True)]
         assert one["t0005"].tolist() == [5] * sizes[5]
+
+        class FailsSecond(PreadTransport):
+            def fill(self, buf, ranges, last):
+                if len(PreadTransport.calls) == 1:
+                    raise OSError(errno.EIO, "the store failed")
+                super().fill(buf, ranges, last)
+
+        # a load that fails between batches has the daemon drop the arena's mapping
+        PreadTransport.calls = []
+        with pytest.raises(OSError) as e:
+            _loader.load_tensors(torch, FailsSecond(torch, fd, p), h, h.tensors, "cpu",
+                                 arena_bytes=1000)
+        assert e.value.errno == errno.EIO
+        assert [(arena, r if r == "close" else len(r), last)
+                for arena, r, last in PreadTransport.calls] == [(1000, 1, False),
+                                                                 (1000, "close", True)]
     finally:
         os.close(fd)
 
@@ -525,3 +548,171 @@ def test_transformers_loads_through_the_switch(tmp_path):
     assert res["fake-gpu"]["fills"] == 2 * nshards, res
     for dt in ("bfloat16", "float32"):
         assert res["fake-gpu"][dt] == res["plain"][dt], dt
+
+
+# ---- diffusers: the from_pretrained hooks ---------------------------------
+
+FAKE_GPU_DIFFUSERS = """
+    import hashlib, json, os, sys, torch
+    import mcfs, mcfs._switch as sw, mcfs._safeopen as so
+    src, mode = sys.argv[1], sys.argv[2]
+    sys.path.insert(0, sys.argv[3])
+    from test_safetensors_switch import PreadTransport
+    fills, served = [], []
+
+    class Counting(PreadTransport):
+        def fill(self, buf, ranges, last):
+            fills.append(len(ranges))
+            super().fill(buf, ranges, last)
+
+    if mode != "plain":
+        # "cpu" in a device_map plays the GPU; every file qualifies, loads pread
+        one = sw._one_cuda_device
+
+        def cpu_is_gpu(dm):
+            vals = list(dm.values()) if isinstance(dm, dict) else [dm]
+            return torch.device("cpu") if dm is not None and all(
+                str(v) == "cpu" for v in vals) else one(dm)
+
+        sw._one_cuda_device = cpu_is_gpu
+        sw._serve = lambda fd, path, cuda: (torch, mcfs.read_header_fd(fd))
+        load = sw._cuda_state_dict
+        sw._cuda_state_dict = lambda p, d: (served.append(os.path.basename(p)), load(p, d))[1]
+        so.FileLoads.room = lambda self, dev, copies: True
+        init = so.FileLoads.__init__
+        so.FileLoads.__init__ = lambda self, t, fd, p, h, transport=None: init(self, t, fd, p, h,
+                                                                            Counting)
+    if mode == "before":
+        mcfs.patch_safetensors()
+    from diffusers import AutoencoderKL, DDPMPipeline
+    if mode == "after":
+        mcfs.patch_safetensors()
+
+    def digest(model):
+        sd = hashlib.sha256()
+        for k, v in sorted(model.state_dict().items()):
+            sd.update(k.encode() + str(v.dtype).encode())
+            sd.update(v.contiguous().view(-1).view(torch.uint8).numpy().tobytes())
+        return sd.hexdigest()
+
+    out = {}
+    for key, sub, kw in [("one", "vae", {"device_map": "cpu"}),
+                         ("one-f16", "vae", {"device_map": "cpu", "torch_dtype": torch.float16}),
+                         ("one-no-map", "vae", {}),
+                         ("sharded", "vae-sharded", {"device_map": {"": "cpu"}}),
+                         ("sharded-no-map", "vae-sharded", {})]:
+        del fills[:], served[:]
+        m = AutoencoderKL.from_pretrained(os.path.join(src, sub), **kw)
+        out[key] = [digest(m), len(fills), sorted(served)]
+    del fills[:], served[:]
+    pipe = DDPMPipeline.from_pretrained(os.path.join(src, "ddpm"), device_map="cpu")
+    out["pipeline"] = [digest(pipe.unet), len(fills), sorted(served)]
+    if mode != "plain":
+        import diffusers.models.modeling_utils as mu
+        import diffusers.models.model_loading_utils as mlu
+
+        def hooked():
+            return [f.__module__ == "mcfs._switch" for f in (
+                vars(mu.ModelMixin)["from_pretrained"].__func__, mu.load_state_dict,
+                mu._load_shard_file, mlu.load_state_dict, mlu._load_shard_file)]
+
+        out["hooked"] = hooked()
+        mcfs.unpatch_safetensors()
+        out["unhooked"] = hooked()
+    print(json.dumps(out))
+"""
+
+
+def diffusers_models(src):
+    out = run_py("""
+        import os, sys, torch
+        from diffusers import AutoencoderKL, DDPMPipeline, DDPMScheduler, UNet2DModel
+        torch.manual_seed(0)
+        vae = AutoencoderKL(block_out_channels=(32, 64), norm_num_groups=8,
+                            down_block_types=("DownEncoderBlock2D",) * 2,
+                            up_block_types=("UpDecoderBlock2D",) * 2)
+        vae.save_pretrained(os.path.join(sys.argv[1], "vae"))
+        vae.save_pretrained(os.path.join(sys.argv[1], "vae-sharded"), max_shard_size="300KB")
+        unet = UNet2DModel(sample_size=16, block_out_channels=(32, 64), norm_num_groups=8,
+                           layers_per_block=1, down_block_types=("DownBlock2D", "AttnDownBlock2D"),
+                           up_block_types=("AttnUpBlock2D", "UpBlock2D"))
+        DDPMPipeline(unet=unet, scheduler=DDPMScheduler()).save_pretrained(
+            os.path.join(sys.argv[1], "ddpm"))
+    """, src)
+    assert out.returncode == 0, out.stderr
+    return len([f for f in os.listdir(os.path.join(src, "vae-sharded"))
+                if f.endswith(".safetensors")])
+
+
+@pytest.mark.parametrize("parallel", [False, True])
+def test_diffusers_loads_through_the_switch(tmp_path, monkeypatch, parallel):
+    """diffusers' own from_pretrained (a model of one file, a sharded one, a
+    pipeline) with the switch's hooks in the way, before and after diffusers
+    is imported, and with HF_ENABLE_PARALLEL_LOADING: a device_map of one
+    device loads each file by the fast path, once, to that device; no
+    device_map leaves diffusers' own reads. The CPU plays the GPU, the pread
+    transport the DMA; the weights (also cast to float16) equal an unpatched
+    load's."""
+    need_torch()
+    pytest.importorskip("diffusers", reason="diffusers is not installed")
+    pytest.importorskip("accelerate", reason="accelerate is not installed (diffusers' device_map)")
+    import json
+    src = str(tmp_path / "models")
+    nshards = diffusers_models(src)
+    assert nshards > 1
+    monkeypatch.setenv("HF_ENABLE_PARALLEL_LOADING", "yes" if parallel else "no")
+    res = {}
+    for mode in ("plain", "before", "after"):
+        out = run_py(FAKE_GPU_DIFFUSERS, src, mode, os.path.join(ROOT, "tests"))
+        assert out.returncode == 0, out.stderr
+        res[mode] = json.loads(out.stdout.strip().splitlines()[-1])
+    plain = res["plain"]
+    assert all(fills == 0 and served == [] for _, fills, served in plain.values()), plain
+    shards = sorted(f for f in os.listdir(os.path.join(src, "vae-sharded"))
+                    if f.endswith(".safetensors"))
+    one = ["diffusion_pytorch_model.safetensors"]
+    for mode in ("before", "after"):
+        r = res[mode]
+        for key in plain:
+            assert r[key][0] == plain[key][0], (mode, key)
+        assert r["one"][1:] == [1, one] and r["one-f16"][1:] == [1, one], (mode, r)
+        assert r["sharded"][1:] == [nshards, shards], (mode, r)
+        assert r["pipeline"][1:] == [1, one], (mode, r)
+        assert r["one-no-map"][1:] == [0, []] and r["sharded-no-map"][1:] == [0, []], (mode, r)
+        assert r["hooked"] == [True] * 5 and r["unhooked"] == [False] * 5, (mode, r)
+
+
+def test_diffusers_device_maps_and_quantizers():
+    """Which device_map values name one CUDA device, and a state dict read to
+    the GPU for a load that turns out to be quantized reaches diffusers on
+    the CPU."""
+    torch = need_torch()
+    from mcfs import _switch as sw
+    cuda = torch.device
+    assert sw._one_cuda_device("cuda:1") == cuda("cuda", 1)
+    assert sw._one_cuda_device(0) == cuda("cuda", 0)
+    assert sw._one_cuda_device(cuda("cuda", 2)) == cuda("cuda", 2)
+    assert sw._one_cuda_device({"": 0}) == cuda("cuda", 0)
+    assert sw._one_cuda_device({"down": "cuda:0", "up": 0}) == cuda("cuda", 0)
+    for dm in (None, "auto", "balanced", "cpu", "disk", {"": "cpu"}, {"a": 0, "b": 1},
+               {"a": 0, "b": "cpu"}, {"a": 0, "b": "disk"}, {}, True):
+        assert sw._one_cuda_device(dm) is None, dm
+    want = cuda("cuda", torch.cuda.current_device()) if torch.cuda.is_available() else None
+    assert sw._one_cuda_device("cuda") == want
+
+    seen = []
+
+    def load_shard_file(shard_file, model, model_state_dict, device_map=None, dtype=None,
+                        hf_quantizer=None, low_cpu_mem_usage=False):
+        seen.append((type(shard_file).__name__, getattr(sw._target, "device", None)))
+        return shard_file
+
+    hook = sw._shard_file_hook(load_shard_file)
+    sd = sw._CudaStateDict(w=torch.ones(3))
+    hook(sd, None, {}, device_map={"": 0}, hf_quantizer=object(), low_cpu_mem_usage=True)
+    hook(sd, None, {}, device_map={"": 0}, low_cpu_mem_usage=True)
+    hook("x.safetensors", None, {}, device_map={"": 0}, low_cpu_mem_usage=True)
+    hook("x.safetensors", None, {}, device_map={"": 0, "b": "cpu"}, low_cpu_mem_usage=True)
+    assert seen == [("dict", None), ("_CudaStateDict", cuda("cuda", 0)),
+                    ("str", cuda("cuda", 0)), ("str", None)]
+    assert getattr(sw._target, "device", None) is None

@@ -1,6 +1,7 @@
 /*
- * mcfs_client.c - libmcfs: the ioctl calls of the GPU fast path, and the one
- * step that needs CUDA (turning a device pointer into an IPC handle).
+ * mcfs_client.c - libmcfs: the ioctl calls of the GPU fast path, the one-call
+ * loads (a whole file, or the tensors a selection names: select.c), and the
+ * one step that needs CUDA (turning a device pointer into an IPC handle).
  *
  * CUDA is reached through the driver library, libcuda.so.1, opened with
  * dlopen on first use: it is present wherever a GPU is, and every CUDA
@@ -169,10 +170,37 @@ static int64_t failf(char *err, size_t errlen, int rc, const char *fmt, ...)
 	return rc;
 }
 
+/* What every one-call load checks first: an mcfs mount whose daemon speaks
+ * our ABI and has a usable GPU. Returns 0 or a negative errno with @err set. */
+static int check_daemon(int fd, const char *path, char *err, size_t errlen)
+{
+	struct mcfs_info info;
+	int rc;
+
+	rc = mcfs_info(fd, &info);
+	if (rc < 0)
+		return (int)failf(err, errlen, rc, "%s: not on an mcfs mount (%s)", path,
+				  strerror(-rc));
+	if (info.daemon_abi != MCFS_IOCTL_ABI)
+		return (int)failf(err, errlen, -EPROTO,
+				  "%s: mcfs daemon speaks ioctl ABI %u, this "
+				  "library %u",
+				  path, info.daemon_abi, MCFS_IOCTL_ABI);
+	if (!info.gpu_ok)
+		return (int)failf(err, errlen, -ENODEV, "%s: mcfs GPU path unavailable: %s", path,
+				  info.reason);
+	return 0;
+}
+
+static int64_t devbuf_failed(char *err, size_t errlen, int rc, const char *path)
+{
+	return failf(err, errlen, rc, "%s: device buffer cannot be used: %s", path,
+		     rc == -EOPNOTSUPP ? "memory cannot be exported with CUDA IPC" : strerror(-rc));
+}
+
 static int64_t load_fd(int fd, const char *path, void *dptr, uint64_t capacity, char *err,
 		       size_t errlen)
 {
-	struct mcfs_info info;
 	struct mcfs_devbuf buf;
 	unsigned char first8[8];
 	uint64_t doff, len;
@@ -180,17 +208,9 @@ static int64_t load_fd(int fd, const char *path, void *dptr, uint64_t capacity, 
 	ssize_t got;
 	int rc;
 
-	rc = mcfs_info(fd, &info);
+	rc = check_daemon(fd, path, err, errlen);
 	if (rc < 0)
-		return failf(err, errlen, rc, "%s: not on an mcfs mount (%s)", path, strerror(-rc));
-	if (info.daemon_abi != MCFS_IOCTL_ABI)
-		return failf(err, errlen, -EPROTO,
-			     "%s: mcfs daemon speaks ioctl ABI %u, this "
-			     "library %u",
-			     path, info.daemon_abi, MCFS_IOCTL_ABI);
-	if (!info.gpu_ok)
-		return failf(err, errlen, -ENODEV, "%s: mcfs GPU path unavailable: %s", path,
-			     info.reason);
+		return rc;
 	if (fstat(fd, &st) < 0)
 		return failf(err, errlen, -errno, "%s: %s", path, strerror(errno));
 	got = pread(fd, first8, sizeof(first8), 0);
@@ -203,13 +223,82 @@ static int64_t load_fd(int fd, const char *path, void *dptr, uint64_t capacity, 
 			     path, (unsigned long long)len, (unsigned long long)capacity);
 	rc = mcfs_devbuf_from_ptr(dptr, &buf);
 	if (rc < 0)
-		return failf(err, errlen, rc, "%s: device buffer cannot be used: %s", path,
-			     rc == -EOPNOTSUPP ? "memory cannot be exported with CUDA IPC"
-					       : strerror(-rc));
+		return devbuf_failed(err, errlen, rc, path);
 	rc = mcfs_load(fd, &buf, capacity, NULL, 0, MCFS_LOAD_F_CLOSE, NULL);
 	if (rc < 0)
 		return failf(err, errlen, rc, "%s: load failed: %s", path, strerror(-rc));
 	return (int64_t)len;
+}
+
+static int64_t load_tensors_fd(int fd, const char *path, const char *const *patterns,
+			       size_t npatterns, void *dptr, uint64_t capacity,
+			       struct mcfs_selection **out, char *err, size_t errlen)
+{
+	struct mcfs_selection *sel = NULL;
+	struct mcfs_st_header *h = NULL;
+	struct mcfs_devbuf buf;
+	char why[512];
+	uint64_t bytes;
+	int rc;
+
+	rc = check_daemon(fd, path, err, errlen);
+	if (rc < 0)
+		return rc;
+	rc = mcfs_st_read_fd(fd, &h, why, sizeof(why));
+	if (rc < 0)
+		return failf(err, errlen, rc, "%s: %s", path, why);
+	rc = mcfs_select(h, patterns, npatterns, &sel, why, sizeof(why));
+	if (rc < 0) {
+		mcfs_st_free(h);
+		return failf(err, errlen, rc, "%s: %s", path, why);
+	}
+	sel->owns_header = 1;
+	if (sel->bytes > capacity) {
+		rc = (int)failf(err, errlen, -ENOSPC,
+				"%s: the selection needs %llu bytes, buffer of %llu", path,
+				(unsigned long long)sel->bytes, (unsigned long long)capacity);
+		goto fail;
+	}
+	if (sel->nranges) {
+		rc = mcfs_devbuf_from_ptr(dptr, &buf);
+		if (rc < 0) {
+			rc = (int)devbuf_failed(err, errlen, rc, path);
+			goto fail;
+		}
+		rc = mcfs_load_selection(fd, &buf, capacity, sel, MCFS_LOAD_F_CLOSE, &bytes);
+		if (rc < 0) {
+			failf(err, errlen, rc, "%s: load failed: %s", path, strerror(-rc));
+			goto fail;
+		}
+	}
+	bytes = sel->copy_bytes;
+	if (out)
+		*out = sel;
+	else
+		mcfs_selection_free(sel);
+	return (int64_t)bytes;
+fail:
+	mcfs_selection_free(sel);
+	return rc;
+}
+
+int64_t mcfs_load_tensors(const char *path, const char *const *patterns, size_t npatterns,
+			  void *dptr, uint64_t capacity, struct mcfs_selection **out, char *err,
+			  size_t errlen)
+{
+	int64_t rc;
+	int fd;
+
+	if (out)
+		*out = NULL;
+	if (err && errlen)
+		err[0] = '\0';
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return failf(err, errlen, -errno, "%s: %s", path, strerror(errno));
+	rc = load_tensors_fd(fd, path, patterns, npatterns, dptr, capacity, out, err, errlen);
+	close(fd);
+	return rc;
 }
 
 int64_t mcfs_load_file(const char *path, void *dptr, uint64_t capacity, char *err, size_t errlen)

@@ -10,9 +10,14 @@
  *
  *   int64_t n = mcfs_load_file("/models/m/model.safetensors", dptr, cap, err, sizeof(err));
  *
+ * A rank that owns part of a file loads only that part: mcfs_load_tensors()
+ * takes tensor names or globs, and the daemon fetches and copies only the
+ * blocks and bytes of those tensors.
+ *
  * What it allocates: nothing, except what mcfs_st_parse()/mcfs_st_read_fd()
- * return. It never allocates device memory. It needs no CUDA at build time:
- * mcfs_devbuf_from_ptr() finds the driver (libcuda.so.1) at run time.
+ * and mcfs_select()/mcfs_load_tensors() return. It never allocates device
+ * memory. It needs no CUDA at build time: mcfs_devbuf_from_ptr() finds the
+ * driver (libcuda.so.1) at run time.
  *
  * Errors are negative errno values (see include/mcfs/mcfs_ioctl.h for the
  * daemon's); the library never prints. Thread safe.
@@ -77,6 +82,77 @@ MCFS_API int mcfs_load(int fd, const struct mcfs_devbuf *buf, uint64_t size,
  */
 MCFS_API int64_t mcfs_load_file(const char *path, void *dptr, uint64_t capacity, char *err,
 				size_t errlen);
+
+/*
+ * A selection: the tensors of a safetensors header that a list of names or
+ * glob patterns selects, where each lands in a device buffer, and the copies
+ * that put them there.
+ *
+ * Matching: a pattern equal to a tensor's name selects it; any other is an
+ * fnmatch(3) glob (`*`, `?`, `[seq]`, `[!seq]`; case-sensitive, no escapes),
+ * as Python's fnmatch.fnmatchcase, so that libmcfs and the Python package
+ * select the same tensors. Every pattern must select at least one tensor.
+ *
+ * Layout: the selected tensors in file order. Tensors adjacent in the file
+ * form one run, copied as one range; each run starts at the first buffer
+ * offset congruent to its data-section offset modulo MCFS_SELECT_ALIGN, so a
+ * tensor keeps the alignment it has in a whole-file load (at most
+ * MCFS_SELECT_ALIGN - 1 bytes of padding per run). Selecting every tensor
+ * gives one run at offset 0: the whole-file load's layout.
+ */
+#define MCFS_SELECT_ALIGN 256
+
+struct mcfs_selection {
+	const struct mcfs_st_header *header;   /* borrowed, or owned (mcfs_load_tensors) */
+	size_t n;			       /* tensors selected */
+	const struct mcfs_st_tensor **tensors; /* n, in file order; point into header */
+	uint64_t *dst;			       /* n: buffer offset of each tensor */
+	uint64_t bytes;			       /* buffer bytes the layout needs */
+	uint64_t copy_bytes;		       /* bytes the ranges copy (bytes less padding) */
+	size_t nranges;
+	struct mcfs_range *ranges; /* nranges runs: file_off absolute, dst_off in the buffer */
+	int owns_header;	   /* private: mcfs_selection_free frees header too */
+};
+
+/*
+ * Selects the tensors of @h that the @npatterns names or globs in @patterns
+ * select; @patterns == NULL selects every tensor. @h is borrowed and must
+ * outlive the selection. Returns 0 with *out set (caller frees with
+ * mcfs_selection_free), -ENOENT when some patterns select nothing (@err
+ * names them all), -EINVAL for a NULL pattern, or -ENOMEM.
+ */
+MCFS_API int mcfs_select(const struct mcfs_st_header *h, const char *const *patterns,
+			 size_t npatterns, struct mcfs_selection **out, char *err, size_t errlen);
+
+/* Frees a selection (and its header if it owns it). Accepts NULL. */
+MCFS_API void mcfs_selection_free(struct mcfs_selection *s);
+
+/*
+ * Copies the selection @s of the file open at @fd into @buf (from its start;
+ * @size bytes usable, 0 = to the allocation's end). One ioctl carries at most
+ * MCFS_LOAD_MAX_RANGES ranges, so a selection of more runs is sent in several
+ * requests, in file order; the daemon keeps the buffer's IPC mapping open
+ * between them and closes it after the last when @flags has
+ * MCFS_LOAD_F_CLOSE (after a failure too). *bytes (may be NULL) receives the
+ * bytes copied. Returns 0 or a negative errno (the daemon's).
+ */
+MCFS_API int mcfs_load_selection(int fd, const struct mcfs_devbuf *buf, uint64_t size,
+				 const struct mcfs_selection *s, unsigned flags, uint64_t *bytes);
+
+/*
+ * One call: the tensors of the safetensors file at @path that @patterns
+ * select (@npatterns names or globs; NULL: all) into the device memory at
+ * @dptr, which has room for @capacity bytes. On success returns the bytes
+ * copied and, if @out is not NULL, the selection in *out (with the header it
+ * owns: names, dtypes, shapes and each tensor's offset in the buffer; caller
+ * frees with mcfs_selection_free). On failure returns a negative errno with
+ * a one-line reason in @err (may be NULL): -ENOENT naming the patterns that
+ * select nothing, -ENOSPC when the buffer is too small for the selection,
+ * and mcfs_load_file()'s errors.
+ */
+MCFS_API int64_t mcfs_load_tensors(const char *path, const char *const *patterns, size_t npatterns,
+				   void *dptr, uint64_t capacity, struct mcfs_selection **out,
+				   char *err, size_t errlen);
 
 #ifdef __cplusplus
 }

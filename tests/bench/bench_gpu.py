@@ -14,6 +14,9 @@ Rows (GB/s = 1e9 bytes/s of the data section; medians of --runs):
   mcfs disk tier          mcfs.load_file after a restart on the same cache_dir: each run
                           a fresh mount (RAM tier empty, pinned), page cache dropped;
                           the note gives the store reads of all runs (0: all from disk)
+  switch                  safetensors load_file, transformers and diffusers from_pretrained
+                          through the mount with the safetensors switch off and on
+                          (tests/bench/switch_rows.py)
 
     sudo MCFS_BIN=build/fs/mcfs python3 tests/bench/bench_gpu.py --size-gib 8 --out table.md
 """
@@ -26,6 +29,7 @@ import struct
 import subprocess
 import sys
 import time
+import traceback
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.join(ROOT, "gpu", "python"))
@@ -36,6 +40,10 @@ import mcfs  # noqa: E402
 from mcfs import _abi  # noqa: E402
 from mcfs._cuda import devbuf_from_ptr  # noqa: E402
 from conftest import mcfs_mount  # noqa: E402
+import gpu_rows  # noqa: E402
+import switch_rows  # noqa: E402
+
+SECTIONS = ["basic", "concurrent", "network", "disk", "peers", "switch"]
 
 
 def log(*a):
@@ -192,48 +200,9 @@ def disk_tier_row(a, src, mnt, opts, fsize, data_len, row):
                              fs_of(cache)))
 
 
-def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--size-gib", type=float, default=8)
-    ap.add_argument("--runs", type=int, default=5)
-    ap.add_argument("--dir", default="/tmp/mcfs-bench-gpu")
-    ap.add_argument("--out", default=None)
-    a = ap.parse_args()
+def basic_rows(a, src, mnt, opts, fpath, data_len, row):
+    """The posix store: cold, RAM tier, the ioctl alone, safetensors through FUSE."""
     from safetensors.torch import load_file as st_load
-
-    shutil.rmtree(a.dir, ignore_errors=True)
-    src, mnt = os.path.join(a.dir, "src"), os.path.join(a.dir, "mnt")
-    os.makedirs(src)
-    os.makedirs(mnt)
-    fpath = os.path.join(src, "model.safetensors")
-    size = int(a.size_gib * (1 << 30))
-    t0 = time.time()
-    data_len = make_file(fpath, size)
-    fsize = os.path.getsize(fpath)
-    log("made %s: %.2f GiB in %.1f s" % (fpath, fsize / (1 << 30), time.time() - t0))
-    rows = []
-
-    def row(name, secs, nbytes, note=""):
-        med = statistics.median(secs)
-        rows.append((name, nbytes / med / 1e9, med, len(secs), note))
-        log("%-34s %7.2f GB/s  median %.3f s of %d  %s" % (name, nbytes / med / 1e9, med,
-                                                           len(secs), note))
-
-    pretouch()
-    gbs, ts = h2d_limit(a.runs, True)
-    row("pinned H2D limit (torch, 1 GiB)", ts, 1 << 30)
-    gbs, ts = h2d_limit(a.runs, False)
-    row("pageable H2D (torch, 1 GiB)", ts, 1 << 30)
-
-    ts = []
-    for _ in range(a.runs):
-        subprocess.run(["cat", fpath], stdout=subprocess.DEVNULL)  # warm right before
-        t, n = timed_load(st_load, fpath)
-        ts.append(t)
-    row("safetensors, local page cache", ts, data_len)
-
-    ram = (fsize // (1 << 30) + 2) << 30
-    opts = ["ram_cache=%d" % ram, "readahead_max=256M"]
     with mcfs_mount(src, mnt, opts=opts, timeout=60) as m:
         mp = os.path.join(mnt, "model.safetensors")
         t0 = time.time()
@@ -266,27 +235,109 @@ def main():
         ts = [timed_load(st_load, mp)[0] for _ in range(2)]
         row("safetensors via mcfs mount (FUSE)", ts, data_len, "runs: %s"
             % ", ".join("%.2f s" % t for t in ts))
-        s = m.stats()
-        log("daemon stats: %s" % s)
+        log("daemon stats: %s" % m.stats())
 
-    from servers import Nginx, have_nginx
-    if have_nginx():
-        with Nginx(src) as ng:
-            with mcfs_mount(ng.url, mnt, opts=opts + ["connections=16"], timeout=60) as m:
-                mp = os.path.join(mnt, "model.safetensors")
-                wait_pinned(mp)
-                drop_caches()
-                pretouch()
-                t, n = timed_load(mcfs.load_file, mp)
-                row("mcfs cold, http store (nginx loopback)", [t], n, "16 connections")
-                ts = [timed_load(mcfs.load_file, mp)[0] for _ in range(a.runs)]
-                row("mcfs RAM tier (http store)", ts, data_len)
-    else:
-        log("not run: http store (nginx not installed)")
-    if os.path.exists(os.path.join(ROOT, "cache", "disk.c")):
-        disk_tier_row(a, src, mnt, opts, fsize, data_len, row)
-    else:
-        log("not run: disk tier (issue 5 is not in this tree)")
+
+def concurrent_rows(a, src, mnt, opts, data_len, limit, row):
+    gpu_rows.ram_tier_concurrent(row, a, src, mnt, opts, data_len, limit, timed_load,
+                                 wait_pinned)
+    for kv in a.daemon_env:
+        k, _, v = kv.partition("=")
+        gpu_rows.ram_tier_concurrent(row, a, src, mnt, opts, data_len, limit, timed_load,
+                                     wait_pinned, daemon_env={k: v})
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--size-gib", type=float, default=8)
+    ap.add_argument("--runs", type=int, default=5)
+    ap.add_argument("--dir", default="/tmp/mcfs-bench-gpu")
+    ap.add_argument("--out", default=None)
+    ap.add_argument("--only", default=",".join(SECTIONS),
+                    help="sections to run, of %s" % ",".join(SECTIONS))
+    ap.add_argument("--conc", type=int, default=4, help="loaders of the concurrent rows")
+    ap.add_argument("--curl", type=lambda v: [int(x) for x in v.split(",")], default=[16],
+                    help="curl process counts of the raw nginx rows")
+    ap.add_argument("--connections", type=lambda v: v.split(";"), default=["16"],
+                    help="the cold http rows' mounts, ';'-separated: connections, and "
+                    "after ':' more mount options (16;32;16:block_size=16M)")
+    ap.add_argument("--cold-runs", type=int, default=3)
+    ap.add_argument("--nginx-workers", default="auto",
+                    help="nginx worker processes of the network rows (auto: one per CPU)")
+    ap.add_argument("--peers", type=lambda v: v.split(","), default=gpu_rows.PEERS)
+    ap.add_argument("--peer-runs", type=int, default=None, help="runs of each peer row "
+                    "(default: --runs)")
+    ap.add_argument("--switch-runs", type=int, default=2,
+                    help="runs of each framework row of the switch section, off and on")
+    ap.add_argument("--daemon-env", action="append", default=[],
+                    help="K=V for the daemon of extra concurrent RAM-tier rows")
+    a = ap.parse_args()
+    only = set(a.only.split(","))
+    from safetensors.torch import load_file as st_load
+
+    shutil.rmtree(a.dir, ignore_errors=True)
+    src, mnt = os.path.join(a.dir, "src"), os.path.join(a.dir, "mnt")
+    os.makedirs(src)
+    os.makedirs(mnt)
+    fpath = os.path.join(src, "model.safetensors")
+    size = int(a.size_gib * (1 << 30))
+    t0 = time.time()
+    data_len = make_file(fpath, size)
+    fsize = os.path.getsize(fpath)
+    log("made %s: %.2f GiB in %.1f s" % (fpath, fsize / (1 << 30), time.time() - t0))
+    rows = []
+
+    def row(name, secs, nbytes, note=""):
+        med = statistics.median(secs)
+        rows.append((name, nbytes / med / 1e9, med, len(secs), note))
+        log("%-34s %7.2f GB/s  median %.3f s of %d  %s" % (name, nbytes / med / 1e9, med,
+                                                           len(secs), note))
+
+    pretouch()
+    gbs, ts = h2d_limit(a.runs, True)
+    row("pinned H2D limit (torch, 1 GiB)", ts, 1 << 30)
+    limit = gbs
+    gbs, ts = h2d_limit(a.runs, False)
+    row("pageable H2D (torch, 1 GiB)", ts, 1 << 30)
+
+    ram = (fsize // (1 << 30) + 2) << 30
+    opts = ["ram_cache=%d" % ram, "readahead_max=256M"]
+    want_sums = None
+    if "basic" in only or "peers" in only:
+        ts = []
+        for _ in range(a.runs):
+            subprocess.run(["cat", fpath], stdout=subprocess.DEVNULL)  # warm right before
+            t, n = timed_load(st_load, fpath)
+            ts.append(t)
+        row("safetensors, local page cache", ts, data_len)
+        want = st_load(fpath, device="cuda:0")
+        want_sums = {k: int(torch.sum(v.reshape(-1).view(torch.uint8), dtype=torch.int64))
+                     for k, v in want.items() if v.numel()}
+        del want
+        torch.cuda.empty_cache()
+    from servers import have_nginx
+    sections = {
+        "basic": lambda: basic_rows(a, src, mnt, opts, fpath, data_len, row),
+        "concurrent": lambda: concurrent_rows(a, src, mnt, opts, data_len, limit, row),
+        "network": lambda: gpu_rows.network(row, a, src, fpath, mnt, opts, fsize, data_len,
+                                            limit, timed_load, wait_pinned, pretouch),
+        "disk": lambda: disk_tier_row(a, src, mnt, opts, fsize, data_len, row),
+        "peers": lambda: gpu_rows.peers(row, a, fpath, data_len, want_sums, fs_of),
+        "switch": lambda: switch_rows.rows(row, a, src, timed_load, wait_pinned, drop_caches),
+    }
+    failed = []
+    for name in SECTIONS:
+        if name not in only:
+            continue
+        if name == "network" and not have_nginx():
+            log("not run: http store (nginx not installed)")
+            continue
+        try:
+            sections[name]()
+        except Exception:  # the rows measured so far still make a table
+            traceback.print_exc()
+            failed.append(name)
+            torch.cuda.empty_cache()
 
     dev = torch.cuda.get_device_name(0)
     lines = ["GPU load, %s, %.2f GiB bf16 safetensors (%d tensors), medians" %
@@ -294,12 +345,16 @@ def main():
              "| path | GB/s | median s | runs | note |", "|---|---|---|---|---|"]
     for name, g, med, n, note in rows:
         lines.append("| %s | %.2f | %.3f | %d | %s |" % (name, g, med, n, note))
+    if failed:
+        lines += ["", "sections that failed (tracebacks in the log): " + ", ".join(failed)]
     table = "\n".join(lines)
     print(table)
     if a.out:
         with open(a.out, "w") as f:
             f.write(table + "\n")
     shutil.rmtree(a.dir, ignore_errors=True)
+    if failed:
+        sys.exit(1)
 
 
 if __name__ == "__main__":

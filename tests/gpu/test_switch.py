@@ -23,7 +23,10 @@ from disk_helpers import drop_page_cache
 from test_gpu_load import many_dtypes
 
 PY = sys.executable
-ENV = dict(os.environ, PYTHONPATH=os.path.join(ROOT, "gpu", "python"))
+# the package from this tree, before what PYTHONPATH already names (carried wheels)
+ENV = dict(os.environ, PYTHONPATH=os.pathsep.join(
+    [os.path.join(ROOT, "gpu", "python")]
+    + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]))
 ENV.pop("MCFS_SAFETENSORS", None)
 HEADER_SLACK = 1 << 20  # FUSE reads allowed with the switch on: headers, config files
 
@@ -166,41 +169,91 @@ def test_transformers_from_pretrained(tmp, device_map):
 
 
 DIFFUSERS = """
-    import hashlib, json, sys, time, torch
-    switch, path = sys.argv[1], sys.argv[2]
-    if switch == "on":
+    import hashlib, json, os, sys, time, torch
+    switch, src = sys.argv[1], sys.argv[2]
+    if switch == "before":
         import mcfs; mcfs.patch_safetensors()
-    from diffusers import AutoencoderKL
-    torch.cuda.synchronize(); t0 = time.perf_counter()
-    vae = AutoencoderKL.from_pretrained(path, device_map="cuda")
-    torch.cuda.synchronize(); t = time.perf_counter() - t0
-    sd = hashlib.sha256()
-    for k, v in sorted(vae.state_dict().items()):
-        sd.update(k.encode()); sd.update(v.contiguous().view(-1).view(torch.uint8).cpu().numpy())
-    torch.manual_seed(0)
-    x = torch.randn(1, 3, 64, 64, device="cuda:0")
-    with torch.no_grad():
-        out = vae(x).sample.float().cpu()
-    print(json.dumps({"s": t, "state": sd.hexdigest(),
-                      "out": hashlib.sha256(out.numpy().tobytes()).hexdigest()}))
+    from diffusers import AutoencoderKL, DDPMPipeline
+    if switch == "after":
+        import mcfs; mcfs.patch_safetensors()
+
+    def digest(model):
+        sd = hashlib.sha256()
+        for k, v in sorted(model.state_dict().items()):
+            assert v.device == torch.device("cuda:0"), (k, v.device)
+            sd.update(k.encode() + str(v.dtype).encode())
+            sd.update(v.contiguous().view(-1).view(torch.uint8).cpu().numpy().tobytes())
+        return sd.hexdigest()
+
+    out = {}
+    torch.cuda.synchronize()
+    for key, sub, kw in [("one", "vae", {"device_map": "cuda"}),
+                         ("f16", "vae", {"device_map": "cuda:0", "torch_dtype": torch.float16}),
+                         ("sharded", "vae-sharded", {"device_map": {"": 0}})]:
+        t0 = time.perf_counter()
+        m = AutoencoderKL.from_pretrained(os.path.join(src, sub), **kw)
+        torch.cuda.synchronize(); t = time.perf_counter() - t0
+        torch.manual_seed(0)
+        x = torch.randn(1, 3, 64, 64, device="cuda:0", dtype=m.dtype)
+        with torch.no_grad():
+            y = m(x).sample.float().cpu()
+        out[key] = {"s": t, "state": digest(m),
+                    "out": hashlib.sha256(y.numpy().tobytes()).hexdigest()}
+        del m
+    t0 = time.perf_counter()
+    pipe = DDPMPipeline.from_pretrained(os.path.join(src, "ddpm"), device_map="cuda")
+    torch.cuda.synchronize()
+    out["pipeline"] = {"s": time.perf_counter() - t0, "state": digest(pipe.unet)}
+    print(json.dumps(out))
 """
 
 
-def test_diffusers_from_pretrained_unchanged(tmp):
-    """diffusers reads with safetensors.torch.load_file(device="cpu") and
-    moves the tensors afterwards: the switch leaves that to safetensors (the
-    fast path for diffusers is docs/gpu.md's recipe); loads stay bitwise
-    equal with it on."""
+def test_diffusers_from_pretrained(tmp):
+    """diffusers' from_pretrained with a device_map of one GPU: a model of one
+    file (also cast to float16), a sharded one and a pipeline load through the
+    switch's hooks (gpu/python/mcfs/_switch.py) bitwise equal to the switch
+    off, with no tensor bytes read through FUSE."""
     torch = need_gpu()
     diffusers = pytest.importorskip("diffusers", reason="diffusers is not installed")
-    torch.manual_seed(0)
-    diffusers.AutoencoderKL(block_out_channels=(32, 64), down_block_types=(
-        "DownEncoderBlock2D", "DownEncoderBlock2D"), up_block_types=(
-        "UpDecoderBlock2D", "UpDecoderBlock2D"), norm_num_groups=8).save_pretrained(
-        str(tmp / "src" / "vae"))
-    with mcfs_mount(str(tmp / "src"), str(tmp / "mnt"), opts=["ram_cache=256M"]) as m:
-        off, _ = run(DIFFUSERS, "off", m.p("vae"))
-        on, err = run(DIFFUSERS, "on", m.p("vae"))
-    assert on["state"] == off["state"] and on["out"] == off["out"], err
-    print("diffusers %s AutoencoderKL.from_pretrained: off %.3f s, on %.3f s"
-          % (diffusers.__version__, off["s"], on["s"]))
+    pytest.importorskip("accelerate", reason="accelerate is not installed (diffusers' device_map)")
+    src = str(tmp / "src")
+    made = subprocess.run([PY, "-c", textwrap.dedent("""
+        import os, sys, torch
+        from diffusers import AutoencoderKL, DDPMPipeline, DDPMScheduler, UNet2DModel
+        torch.manual_seed(0)
+        with torch.device("cuda"):  # 43 MB of float32: small, yet far above HEADER_SLACK
+            vae = AutoencoderKL(block_out_channels=(64, 128, 256), layers_per_block=1,
+                                down_block_types=("DownEncoderBlock2D",) * 3,
+                                up_block_types=("UpDecoderBlock2D",) * 3)
+        vae.save_pretrained(os.path.join(sys.argv[1], "vae"))
+        vae.save_pretrained(os.path.join(sys.argv[1], "vae-sharded"), max_shard_size="10MB")
+        with torch.device("cuda"):
+            unet = UNet2DModel(sample_size=32, block_out_channels=(64, 128), layers_per_block=1,
+                               down_block_types=("DownBlock2D", "AttnDownBlock2D"),
+                               up_block_types=("AttnUpBlock2D", "UpBlock2D"))
+        DDPMPipeline(unet=unet, scheduler=DDPMScheduler()).save_pretrained(
+            os.path.join(sys.argv[1], "ddpm"))
+    """), src], env=ENV, capture_output=True, text=True, timeout=600)
+    assert made.returncode == 0, made.stderr
+    shards = [f for f in os.listdir(os.path.join(src, "vae-sharded"))
+              if f.endswith(".safetensors")]
+    assert len(shards) > 1, shards
+    size = sum(os.path.getsize(os.path.join(d, f)) for d, _, fs in os.walk(src) for f in fs
+               if f.endswith(".safetensors"))
+    with mcfs_mount(src, str(tmp / "mnt"), opts=["ram_cache=512M"]) as m:
+        results, reads = {}, {}
+        for switch in ("off", "before", "after"):
+            drop_page_cache()  # so that reads through FUSE show in fuse_read_bytes
+            s0 = m.stats()["fuse_read_bytes"]
+            results[switch], _ = run(DIFFUSERS, switch, str(tmp / "mnt"))
+            reads[switch] = m.stats()["fuse_read_bytes"] - s0
+    ref = results["off"]
+    for switch in ("before", "after"):
+        for key in ref:
+            assert results[switch][key]["state"] == ref[key]["state"], (switch, key)
+            assert results[switch][key].get("out") == ref[key].get("out"), (switch, key)
+    for switch in ("before", "after"):
+        assert reads[switch] < HEADER_SLACK, (switch, reads)
+    print("diffusers %s from_pretrained of %d bytes of safetensors; switch off / on (s): "
+          % (diffusers.__version__, size) + ", ".join(
+              "%s %.3f / %.3f" % (k, ref[k]["s"], results["before"][k]["s"]) for k in ref))

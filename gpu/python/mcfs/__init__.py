@@ -8,9 +8,16 @@ the same names, dtypes, shapes and bytes - but the tensors are views of one
 device allocation that the mcfs daemon filled by DMA from its pinned RAM
 tier: no tensor byte goes through the kernel's FUSE path or a pageable copy.
 
+A rank that owns part of a shard loads only that part:
+`load_file(path, device, tensors=["model.layers.3.*", "lm_head.weight"])`
+(names or globs) fetches and copies only the blocks and bytes of those
+tensors, and returns only them. A name or glob that selects nothing raises
+UnknownTensorError (a KeyError) naming it.
+
 On a file outside mcfs, with no GPU (here or in the daemon), or for a
 dtype the fast path does not lay out (F4, F6), it prints a one-line notice
-on stderr and returns `safetensors.torch.load_file(path, device=device)`.
+on stderr and returns `safetensors.torch.load_file(path, device=device)`
+(with `tensors`, the selected tensors through `safetensors.safe_open`).
 
 A daemon that speaks another ioctl ABI than this package is refused with
 McfsError(EPROTO), whose message names both versions.
@@ -30,12 +37,14 @@ import sys
 from . import _abi
 from ._header import Header, HeaderError, read as read_header, read_fd as read_header_fd
 from ._header import parse as parse_header
-from ._loader import odd_dtypes, torch_dtype
+from ._loader import IoctlTransport, odd_dtypes, torch_dtype
+from ._select import UnknownTensorError
+from . import _select
 from ._switch import patch_safetensors, unpatch_safetensors
 
 __all__ = ["load_file", "info", "prefetch", "read_header", "parse_header", "Header",
-           "HeaderError", "McfsError", "fast_path_reason", "patch_safetensors",
-           "unpatch_safetensors", "__version__"]
+           "HeaderError", "McfsError", "UnknownTensorError", "fast_path_reason",
+           "patch_safetensors", "unpatch_safetensors", "__version__"]
 
 # The release this package belongs to: the same as the daemon's MCFS_VERSION
 # (common/mcfs.h); pyproject.toml reads it from here.
@@ -132,9 +141,13 @@ def _notice(path, reason):
     sys.stderr.write("mcfs: %s: %s; loading with safetensors instead\n" % (path, reason))
 
 
-def _fallback(path, device, reason):
+def _fallback(path, device, reason, tensors=None):
     _notice(path, reason)
     import safetensors.torch as st
+    if tensors is not None:
+        with st.safe_open(path, framework="pt", device=device) as f:
+            names = _select.resolve(path, f.keys(), tensors)
+            return {k: f.get_tensor(k) for k in sorted(names)}
     # With the switch on, this goes through its safe_open, which hands every
     # load the fast path cannot do (the reason above) to safetensors' own.
     return st.load_file(path, device=device)
@@ -145,14 +158,15 @@ def _load_error(path, e):
     return McfsError(e.errno, "mcfs: loading %s: %s" % (path, what))
 
 
-def _views(torch, buf, header):
+def _views(torch, buf, tensors, dst):
     out = {}
-    for t in header.tensors:
+    for t in tensors:
         dt = torch_dtype(torch, t.dtype)
-        raw = buf[t.begin:t.end]
+        at = dst[t.name]
+        raw = buf[at:at + t.end - t.begin]
         if t.end == t.begin:
             out[t.name] = torch.empty(t.shape, dtype=dt, device=buf.device)
-        elif t.begin % dt.itemsize == 0:
+        elif at % dt.itemsize == 0:
             out[t.name] = raw.view(dt).view(t.shape)
         else:
             # torch views need element-aligned offsets; a misaligned tensor is copied
@@ -163,10 +177,14 @@ def _views(torch, buf, header):
     return {k: out[k] for k in sorted(out)}
 
 
-def load_file(path, device="cuda:0"):
+def load_file(path, device="cuda:0", tensors=None):
     """Loads a safetensors file into `device` memory; see the module docstring.
 
-    Raises HeaderError for a malformed file, McfsError (an OSError) when the
+    `tensors`: None for all, else names or glob patterns (fnmatch) of the
+    tensors to load; only those are fetched, copied and returned.
+
+    Raises HeaderError for a malformed file, UnknownTensorError (a KeyError)
+    for names or globs that select no tensor, McfsError (an OSError) when the
     daemon refuses or fails the load (errno as in include/mcfs/mcfs_ioctl.h;
     EPROTO for a daemon that speaks another ioctl ABI), and OSError(EOPNOTSUPP)
     when the buffer cannot be exported with CUDA IPC.
@@ -178,22 +196,42 @@ def load_file(path, device="cuda:0"):
     try:
         reason = fast_path_reason(fd, device, torch, path)
         if reason is not None:
-            return _fallback(path, device, reason)
+            return _fallback(path, device, reason, tensors)
         header = read_header_fd(fd)
-        odd = odd_dtypes(torch, header)
+        chosen = header.tensors
+        if tensors is not None:
+            names = _select.resolve(path, (t.name for t in header.tensors), tensors)
+            chosen = [t for t in header.tensors if t.name in names]
+            if not chosen:
+                return {}
+        odd = odd_dtypes(torch, chosen)
         if odd:
-            return _fallback(path, device, "dtype %s not laid out by mcfs" % ", ".join(odd))
+            return _fallback(path, device, "dtype %s not laid out by mcfs" % ", ".join(odd),
+                             tensors)
+        ranges, dst, size = _select.plan(chosen)
         dev = _torch_device(torch, device)
-        buf = torch.empty(max(header.data_len, 1), dtype=torch.uint8, device=dev)
-        if header.data_len:
-            _load_into(fd, path, torch, buf, header)
-        return _views(torch, buf[:header.data_len], header)
+        buf = torch.empty(max(size, 1), dtype=torch.uint8, device=dev)
+        if ranges:
+            _load_into(fd, path, torch, buf, header, ranges)
+        return _views(torch, buf[:size], chosen, dst)
     finally:
         os.close(fd)
 
 
-def _load_into(fd, path, torch, buf, header):
-    from ._loader import IoctlTransport
+def _load_into(fd, path, torch, buf, header, ranges):
+    """Copies `ranges` (data-section offset, length, buffer offset) into buf.
 
-    # One-shot (MCFS_LOAD_F_CLOSE): the daemon keeps no mapping of this buffer.
-    IoctlTransport(torch, fd, path).fill(buf, [(header.data_offset, header.data_len, 0)], True)
+    More ranges than one request holds go in several requests; the daemon
+    keeps the buffer's IPC mapping open between them and closes it with the
+    last (or, after a failure, with an empty request that only closes)."""
+    base = header.data_offset
+    transport = IoctlTransport(torch, fd, path)
+    todo = _select.batches([(base + off, n, at) for off, n, at in ranges], _abi.LOAD_MAX_RANGES)
+    try:
+        for i, batch in enumerate(todo):
+            # one-shot: after the last request the daemon keeps no mapping of this buffer
+            transport.fill(buf, batch, i == len(todo) - 1)
+    except BaseException:
+        if len(todo) > 1:
+            transport.close(buf)
+        raise

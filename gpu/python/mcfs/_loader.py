@@ -44,9 +44,10 @@ def torch_dtype(torch, name):
     return getattr(torch, attr, None) if attr else None
 
 
-def odd_dtypes(torch, header):
-    """The dtypes of `header` that the fast path cannot lay out, sorted."""
-    return sorted({t.dtype for t in header.tensors if torch_dtype(torch, t.dtype) is None})
+def odd_dtypes(torch, tensors):
+    """The dtypes of `tensors` (header Tensor entries) that the fast path cannot
+    lay out, sorted."""
+    return sorted({t.dtype for t in tensors if torch_dtype(torch, t.dtype) is None})
 
 
 class IoctlTransport:
@@ -80,6 +81,18 @@ class IoctlTransport:
         if req.bytes != want:
             raise McfsError(errno.EIO, "mcfs: loading %s: %d of %d bytes copied"
                             % (self.path, req.bytes, want))
+
+    def close(self, buf):
+        """Has the daemon drop its mapping of `buf` after a load that failed
+        between batches: an empty range with MCFS_LOAD_F_CLOSE copies nothing.
+        Errors are ignored: the daemon also drops it when this process ends."""
+        if self._db_ptr != buf.data_ptr():
+            return  # never sent: the daemon has no mapping of it
+        req = _abi.load_request(self._db, [(0, 0, 0)], _abi.LOAD_F_CLOSE, buf.numel())
+        try:
+            _abi.ioctl(self.fd, _abi.IOC_LOAD, req)
+        except OSError:
+            pass
 
 
 def _batches(tensors, cap):
@@ -137,7 +150,12 @@ def load_tensors(torch, transport, header, tensors, device, arena_bytes=None):
         arena = torch.empty(cap, dtype=torch.uint8, device=device)
         batches = _batches(todo, cap)
         for i, batch in enumerate(batches):
-            transport.fill(arena, _ranges(header, batch), i == len(batches) - 1)
+            try:
+                transport.fill(arena, _ranges(header, batch), i == len(batches) - 1)
+            except BaseException:
+                if i < len(batches) - 1:
+                    transport.close(arena)
+                raise
             at = 0
             for t in batch:
                 n = t.end - t.begin

@@ -30,12 +30,23 @@ loaded there by the fast path instead (same bytes; the dtype cast then runs
 on the device). For this, CPU opens of mcfs files return CpuSafeOpen,
 safetensors' own object with slices that know their file.
 
+diffusers 0.42 reads each model file with load_state_dict ->
+safetensors.torch.load_file(device="cpu") and has accelerate move the tensors
+to the device_map's device afterwards. Once diffusers.models.modeling_utils is
+loaded (an import hook waits for it), the switch wraps ModelMixin.from_pretrained
+and _load_shard_file, which note on the thread the one CUDA device that the
+device_map puts every tensor on (none for a quantizer, "auto" before it is
+resolved, several devices, the CPU), and load_state_dict, which loads a
+.safetensors file of an mcfs mount to that device by the fast path. The
+tensors then reach accelerate already on their device.
+
 The environment variable MCFS_SAFETENSORS (on unless empty, 0, false, no or
 off) is honoured at interpreter start by mcfs_switch.pth, which pip installs
 beside the package: it imports nothing unless the variable is set, so
 start-up costs one dictionary lookup.
 """
 import importlib.util
+import inspect
 import os
 import sys
 import threading
@@ -48,8 +59,17 @@ _state = {
     "on": False,       # patch_safetensors() called, unpatch not since
     "orig": None,      # safetensors' own safe_open, while replaced
     "tf": None,        # (original, hook) of transformers' _materialize_copy, while wrapped
+    "df": None,        # (ModelMixin, its from_pretrained, {original: hook}), while wrapped
 }
-_finder = None          # the import hook, while safetensors is not imported yet
+_finder = None          # the import hook, while a module of _WATCHED is not imported yet
+
+# Modules whose import the switch waits for: safetensors (to swap safe_open)
+# and diffusers' model loading (to wrap it before its first from_pretrained).
+_WATCHED = ("safetensors", "diffusers.models.modeling_utils")
+
+# .device: the CUDA device that the diffusers load running on this thread
+# puts every tensor on (None: not one CUDA device, or no such load).
+_target = threading.local()
 
 
 def active():
@@ -72,7 +92,7 @@ def patch_safetensors():
         _state["on"] = True
         if "safetensors" in sys.modules:
             _apply()
-        elif _finder is None:
+        if _finder is None and not all(m in sys.modules for m in _WATCHED):
             _finder = _Finder()
             sys.meta_path.insert(0, _finder)
 
@@ -89,6 +109,12 @@ def unpatch_safetensors():
             orig, hook = _state["tf"]
             _replace_everywhere(hook, orig)
             _state["tf"] = None
+        if _state["df"] is not None:
+            mixin, from_pretrained, hooks = _state["df"]
+            mixin.from_pretrained = from_pretrained
+            for orig, hook in hooks.items():
+                _replace_everywhere(hook, orig)
+            _state["df"] = None
         if _state["orig"] is not None:
             _replace_everywhere(safe_open, _state["orig"])
             _state["orig"] = None
@@ -127,7 +153,9 @@ def _apply():
 
 
 def _hook_frameworks():
-    """Wraps transformers' _materialize_copy once its module is loaded."""
+    """Wraps transformers' _materialize_copy and diffusers' model loading once
+    their modules are loaded."""
+    _hook_diffusers()
     if _state["tf"] is not None:
         return
     m = sys.modules.get("transformers.core_model_loading")
@@ -158,13 +186,168 @@ def _materialize_hook(orig):
     return _materialize_copy
 
 
+def _hook_diffusers():
+    """Wraps diffusers' model loading (see the module docstring) once
+    diffusers.models.modeling_utils is loaded; a diffusers of another layout
+    is left alone."""
+    if _state["df"] is not None:
+        return
+    mu = sys.modules.get("diffusers.models.modeling_utils")
+    mlu = sys.modules.get("diffusers.models.model_loading_utils")
+    if mu is None or mlu is None:
+        return
+    mixin = getattr(mu, "ModelMixin", None)
+    from_pretrained = vars(mixin).get("from_pretrained") if isinstance(mixin, type) else None
+    load_state_dict = getattr(mlu, "load_state_dict", None)
+    load_shard_file = getattr(mlu, "_load_shard_file", None)
+    if not (isinstance(from_pretrained, classmethod) and callable(load_state_dict)
+            and callable(load_shard_file)):
+        return
+    with _lock:
+        if _state["df"] is not None or not _state["on"]:
+            return
+        hooks = {load_state_dict: _state_dict_hook(load_state_dict),
+                 load_shard_file: _shard_file_hook(load_shard_file)}
+        _state["df"] = (mixin, from_pretrained, hooks)
+        mixin.from_pretrained = classmethod(_from_pretrained_hook(from_pretrained.__func__))
+        for orig, hook in hooks.items():
+            _replace_everywhere(orig, hook)
+
+
+def _wraps(hook, orig):
+    hook.__wrapped__ = orig
+    hook.__doc__ = orig.__doc__
+    hook.__name__ = orig.__name__
+    hook.__qualname__ = orig.__qualname__
+    return hook
+
+
+def _one_cuda_device(device_map):
+    """The CUDA device on which diffusers' `device_map` (from_pretrained's
+    argument, or the map it resolved) puts every tensor, else None ("auto"
+    before it is resolved, the CPU, "disk", several devices)."""
+    if device_map is None:
+        return None
+    values = list(device_map.values()) if isinstance(device_map, dict) else [device_map]
+    try:
+        devices = {_cuda_device(v, current=True) for v in values}
+    except ImportError:
+        return None
+    return devices.pop() if len(devices) == 1 and None not in devices else None
+
+
+class _CudaStateDict(dict):
+    """A diffusers state dict that the fast path loaded to a GPU."""
+
+
+def _with_target(device, call):
+    prev = getattr(_target, "device", None)
+    _target.device = device
+    try:
+        return call()
+    finally:
+        _target.device = prev
+
+
+def _from_pretrained_hook(func):
+    # A file that is not sharded is read here, before diffusers resolves its
+    # device_map: the one CUDA device of the caller's device_map is the target.
+    def from_pretrained(cls, *args, **kwargs):
+        device = None
+        if not any(kwargs.get(k) for k in ("quantization_config", "parallel_config",
+                                           "use_flashpack")):
+            device = _one_cuda_device(kwargs.get("device_map"))
+        return _with_target(device, lambda: func(cls, *args, **kwargs))
+
+    return _wraps(from_pretrained, func)
+
+
+def _bind(sig, args, kwargs):
+    """`sig` bound to the call, defaults applied; None where it does not bind
+    (the original then raises its own error)."""
+    try:
+        ba = sig.bind(*args, **kwargs)
+    except TypeError:
+        return None
+    ba.apply_defaults()
+    return ba
+
+
+def _shard_file_hook(orig):
+    sig = inspect.signature(orig)
+    first = next(iter(sig.parameters))
+
+    # Each shard is read here (on a worker thread with parallel loading),
+    # with the device_map resolved and the quantizer known.
+    def _load_shard_file(*args, **kwargs):
+        ba = _bind(sig, args, kwargs)
+        if ba is None:
+            return orig(*args, **kwargs)
+        a = ba.arguments
+        device = None
+        if a.get("hf_quantizer") is None and a.get("low_cpu_mem_usage"):
+            device = _one_cuda_device(a.get("device_map"))
+        if isinstance(a[first], _CudaStateDict) and device is None:
+            # read to the GPU before diffusers knew that it quantizes: the
+            # quantizer gets the CPU tensors it would have got
+            a[first] = {k: v.cpu() for k, v in a[first].items()}
+        return _with_target(device, lambda: orig(*ba.args, **ba.kwargs))
+
+    return _wraps(_load_shard_file, orig)
+
+
+def _state_dict_hook(orig):
+    sig = inspect.signature(orig)
+    first = next(iter(sig.parameters))
+
+    def load_state_dict(*args, **kwargs):
+        device = getattr(_target, "device", None)
+        ba = _bind(sig, args, kwargs) if device is not None else None
+        if ba is not None:
+            a = ba.arguments
+            path = a[first]
+            if (isinstance(path, (str, os.PathLike)) and not a.get("disable_mmap")
+                    and str(a.get("map_location")) == "cpu"
+                    and os.fsdecode(os.fspath(path)).endswith(".safetensors")):
+                got = _cuda_state_dict(os.fsdecode(os.fspath(path)), device)
+                if got is not None:
+                    return got
+        return orig(*args, **kwargs)
+
+    return _wraps(load_state_dict, orig)
+
+
+def _cuda_state_dict(path, cuda):
+    """The tensors of safetensors file `path` on CUDA device `cuda` by the
+    fast path (each in its own allocation, as safetensors' load_file gives
+    them), or None where the fast path cannot serve it."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
+        return None  # diffusers gives its own error
+    try:
+        got = _serve(fd, path, cuda)
+    except BaseException:
+        os.close(fd)
+        raise
+    if got is None:
+        os.close(fd)
+        return None
+    torch, header = got
+    orig = original_safe_open()
+    with FastSafeOpen(torch, fd, path, header, cuda,
+                      lambda: orig(path, framework="pt", device=str(cuda))) as f:
+        return _CudaStateDict(f.get_tensors())
+
+
 class _Finder:
-    """Import hook: makes the swap right after safetensors' first import."""
+    """Import hook: makes the swap right after safetensors' first import, and
+    wraps diffusers' model loading right after its first import."""
 
     _busy = threading.local()
 
     def find_spec(self, name, path=None, target=None):
-        if name != "safetensors" or getattr(self._busy, "on", False):
+        if name not in _WATCHED or getattr(self._busy, "on", False):
             return None
         self._busy.on = True
         try:
@@ -189,10 +372,11 @@ class _Loader:
         module.__loader__ = module.__spec__.loader = self._loader
         self._loader.exec_module(module)
         with _lock:
-            if _finder is not None:
+            if _finder is not None and all(m in sys.modules for m in _WATCHED):
                 sys.meta_path.remove(_finder)
                 _finder = None
         _apply()
+        _hook_diffusers()
 
     def __getattr__(self, name):
         return getattr(self._loader, name)
@@ -268,7 +452,7 @@ def _serve(fd, path, cuda):
         header = read_fd(fd)
     except (HeaderError, OSError):
         return None  # safetensors gives its own error
-    odd = odd_dtypes(torch, header)
+    odd = odd_dtypes(torch, header.tensors)
     if odd:
         notice(path, "dtype %s not laid out by mcfs" % ", ".join(odd))
         return None

@@ -1,0 +1,249 @@
+"""Rows of tests/bench/bench_gpu.py that run loaders in processes of their own
+(tests/bench/gpu_loader.py): several mcfs loaders at once, the raw network
+beside cold mcfs loads, and the peer libraries (InstantTensor,
+fastsafetensors, Run:ai streamer) from tmpfs and from local disk.
+
+Every function takes the bench's `row(name, secs, nbytes, note)` and adds
+its rows; times are medians of runs unless a note says otherwise.
+"""
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+LOADER = os.path.join(HERE, "gpu_loader.py")
+sys.path.insert(0, os.path.dirname(HERE))
+
+from conftest import mcfs_mount  # noqa: E402
+
+
+def log(*a):
+    print(*a, flush=True)
+
+
+class Loaders:
+    """n loader processes started together (tests/bench/gpu_loader.py) for
+    `runs` rounds; each round starts when every process is ready. `extra`:
+    arguments of every process; `each`: a list of more arguments per process."""
+
+    def __init__(self, loader, path, n, runs, extra=(), each=None):
+        self.dir = tempfile.mkdtemp(prefix="mcfs-bench-go-")
+        self.runs = runs
+        self.errs = [tempfile.TemporaryFile(mode="w+") for _ in range(n)]
+        env = dict(os.environ, PYTHONUNBUFFERED="1")
+        self.procs = [subprocess.Popen([sys.executable, LOADER, loader, path, "--runs",
+                                        str(runs), "--barrier", self.dir] + list(extra)
+                                       + list(each[i] if each else []),
+                                       stdout=subprocess.PIPE, stderr=e, text=True, env=env)
+                      for i, e in enumerate(self.errs)]
+
+    def _line(self, i, want):
+        line = self.procs[i].stdout.readline()
+        if not line.startswith(want):
+            self.procs[i].wait()
+            self.errs[i].seek(0)
+            raise RuntimeError("loader %d: expected %r, got %r; stderr:\n%s"
+                               % (i, want, line, self.errs[i].read()[-3000:]))
+        return line[len(want):].strip()
+
+    def rounds(self):
+        """Yields each round's results (one dict per process)."""
+        try:
+            for k in range(self.runs):
+                for i in range(len(self.procs)):
+                    self._line(i, "ready %d" % k)
+                open(os.path.join(self.dir, "go.%d" % k), "w").close()
+                yield [json.loads(self._line(i, "result ")) for i in range(len(self.procs))]
+            for p in self.procs:
+                p.wait(timeout=120)
+        finally:
+            for p in self.procs:
+                if p.poll() is None:
+                    p.kill()
+                    p.wait()
+            for e in self.errs:
+                e.close()
+            shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def aggregate(res):
+    """(seconds from the first start to the last end, bytes of all processes)."""
+    return (max(r["t1"] for r in res) - min(r["t0"] for r in res),
+            sum(r["bytes"] for r in res))
+
+
+def concurrent(row, label, path, n, runs, data_len, limit):
+    """n mcfs loaders at once into GPU 0; one row of their aggregate."""
+    ts, per = [], []
+    for res in Loaders("mcfs", path, n, runs).rounds():
+        t, nbytes = aggregate(res)
+        assert nbytes == n * data_len, (nbytes, n * data_len)
+        ts.append(t)
+        per.append(["%.2f" % (r["t1"] - r["t0"]) for r in res])
+        log("%s: round of %d loaders %.3f s, each %s" % (label, n, t, " ".join(per[-1])))
+    med = statistics.median(ts)
+    gbs = n * data_len / med / 1e9
+    row(label, ts, n * data_len, "%.2f of the pinned limit; each load took %s s (median round)"
+        % (gbs / limit, "/".join(per[ts.index(sorted(ts)[len(ts) // 2])])))
+    return gbs
+
+
+def load_lines(log_text, k):
+    return [ln for ln in log_text.splitlines() if "ioctl: loaded" in ln][-k:]
+
+
+def ram_tier_concurrent(row, a, src, mnt, opts, data_len, limit, timed_load, wait_pinned,
+                        daemon_env=None):
+    import mcfs
+    with mcfs_mount(src, mnt, opts=opts + ["log_level=debug"], env=daemon_env,
+                    timeout=60) as m:
+        mp = os.path.join(mnt, "model.safetensors")
+        wait_pinned(mp)
+        timed_load(mcfs.load_file, mp)  # fills the RAM tier
+        for n in sorted({1, a.conc}):
+            concurrent(row, "%d concurrent mcfs.load_file, RAM tier%s"
+                       % (n, " (%s)" % daemon_env if daemon_env else ""), mp, n, a.runs,
+                       data_len, limit)
+            log("daemon, last loads:\n  " + "\n  ".join(load_lines(m.log(), n)))
+
+
+def warm(path):
+    subprocess.run(["dd", "if=" + path, "of=/dev/null", "bs=8M", "status=none"], check=True)
+
+
+def curls():
+    """The curl programs to measure with: the system's (with its own libcurl) and
+    the one on PATH (tests/gpu/device_bundle.sh carries Debian's, with the
+    libcurl that mcfs links). Returns [(label, argv0, env)] of those that run."""
+    out, seen = [], set()
+    plain = {k: v for k, v in os.environ.items() if k != "LD_LIBRARY_PATH"}
+    for exe, env in (("/usr/bin/curl", plain), (shutil.which("curl"), dict(os.environ))):
+        if not exe:
+            continue
+        r = subprocess.run([exe, "--version"], capture_output=True, text=True, env=env)
+        if r.returncode != 0:
+            continue
+        ver = r.stdout.split()[1]
+        if ver not in seen:
+            seen.add(ver)
+            out.append(("curl %s" % ver, exe, env))
+    return out
+
+
+def curl_parallel(exe, env, url, size, n):
+    part = (size + n - 1) // n
+    t = time.perf_counter()
+    ps = [subprocess.Popen([exe, "-sf", "-o", "/dev/null", "-r",
+                            "%d-%d" % (i * part, min(size, (i + 1) * part) - 1), url], env=env)
+          for i in range(n) if i * part < size]
+    for p in ps:
+        if p.wait() != 0:
+            raise RuntimeError("curl failed: " + url)
+    return time.perf_counter() - t
+
+
+def network(row, a, src, fpath, mnt, opts, fsize, data_len, limit, timed_load, wait_pinned,
+            pretouch):
+    """Raw nginx (parallel curl to /dev/null) beside cold mcfs loads from it.
+
+    nginx's copy of the file stays in its page cache for both (read right
+    before each run), so the rows compare the client paths, as
+    tests/bench/bench_remote.py does."""
+    import mcfs
+    from servers import Nginx
+    url_of = lambda ng: ng.url + "/model.safetensors"  # noqa: E731
+    with Nginx(src, workers=a.nginx_workers) as ng:
+        curl = {}
+        for label, exe, env in curls():
+            for n in a.curl:
+                ts = []
+                for _ in range(a.runs):
+                    warm(fpath)
+                    ts.append(curl_parallel(exe, env, url_of(ng), fsize, n))
+                row("raw nginx: %d processes of %s, ranged GETs to /dev/null" % (n, label), ts,
+                    fsize, "nginx on loopback (%s workers), its file in the page cache"
+                    % a.nginx_workers)
+                curl[n] = max(curl.get(n, 0), fsize / statistics.median(ts) / 1e9)
+        for spec in a.connections:
+            conns, _, more = spec.partition(":")
+            conns = int(conns)
+            more = [o for o in more.split(",") if o]
+            ts = []
+            for _ in range(a.cold_runs):
+                with mcfs_mount(ng.url, mnt, opts=opts + ["connections=%d" % conns,
+                                                          "log_level=debug"] + more,
+                                timeout=60) as m:
+                    mp = os.path.join(mnt, "model.safetensors")
+                    wait_pinned(mp)
+                    pretouch()
+                    warm(fpath)
+                    t, n = timed_load(mcfs.load_file, mp)
+                    assert n == data_len
+                    ts.append(t)
+                    log("daemon: " + " ".join(load_lines(m.log(), 1)))
+            gbs = data_len / statistics.median(ts) / 1e9
+            vs = min(curl) if curl else None
+            row("mcfs cold, http store, %d connections%s"
+                % (conns, "".join(", " + o for o in more)), ts, data_len,
+                "fresh mount per run; %s" % ("%.2f of %d curl processes (the faster curl)"
+                                             % (gbs / curl[vs], vs) if vs else "no curl row"))
+        for _ in range(a.cold_runs):
+            first = a.connections[0].split(":")[0]
+            with mcfs_mount(ng.url, mnt, opts=opts + ["connections=" + first, "log_level=debug"],
+                            timeout=60) as m:
+                mp = os.path.join(mnt, "model.safetensors")
+                wait_pinned(mp)
+                pretouch()
+                warm(fpath)
+                concurrent(row, "%d concurrent mcfs.load_file, cold, http store" % a.conc, mp,
+                           a.conc, 1, data_len, limit)
+                st = m.stats()
+                log("daemon: store reads %d for %d blocks; last loads:\n  %s"
+                    % (st["store_reads"], (fsize + (8 << 20) - 1) // (8 << 20),
+                       "\n  ".join(load_lines(m.log(), a.conc))))
+
+
+PEERS = ["instanttensor", "fastsafetensors", "runai"]
+DISTS = {"instanttensor": ("InstantTensor", "instanttensor"),
+         "fastsafetensors": ("fastsafetensors", "fastsafetensors"),
+         "runai": ("Run:ai streamer", "runai-model-streamer")}
+
+
+def peer_name(peer):
+    from importlib.metadata import PackageNotFoundError, version
+    name, dist = DISTS[peer]
+    try:
+        return "%s %s" % (name, version(dist))
+    except PackageNotFoundError:
+        return name
+
+
+def peers(row, a, fpath, data_len, want_sums, fs_of):
+    """Each peer library loading the same file from tmpfs and from local disk
+    (page cache dropped before each run), in a process of its own."""
+    shm = "/dev/shm/mcfs-bench-model.safetensors"
+    shutil.copyfile(fpath, shm)
+    try:
+        for peer in a.peers:
+            for where, path, drop in (("tmpfs", shm, False),
+                                      ("local disk (%s)" % fs_of(fpath), fpath, True)):
+                extra = ["--sums"] + (["--drop-caches"] if drop else [])
+                try:
+                    res = [r[0] for r in Loaders(peer, path, 1, a.peer_runs or a.runs,
+                                                 extra).rounds()]
+                except RuntimeError as e:
+                    log("not run: %s from %s: %s" % (peer, where, e))
+                    continue
+                same = res[0].get("sums") == want_sums
+                ts = [r["t1"] - r["t0"] for r in res]
+                assert all(r["bytes"] == data_len for r in res), res
+                row("%s, %s" % (peer_name(peer), where), ts, data_len,
+                    "bytes %s safetensors'%s" % ("equal to" if same else "DIFFER from",
+                                                 "; page cache dropped" if drop else ""))
+    finally:
+        os.unlink(shm)
