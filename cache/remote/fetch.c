@@ -658,6 +658,12 @@ static int check_range(const struct remote_req *req, struct remote_resp *resp, c
 {
 	uint64_t a = 0, b = 0;
 
+	/* another size first: a shorter object also answers another range */
+	if (req->expect_total && resp->total >= 0 && (uint64_t)resp->total != req->expect_total) {
+		snprintf(resp->error, sizeof(resp->error), "%" PRId64 " bytes, not %" PRIu64,
+			 resp->total, req->expect_total);
+		return -ESTALE;
+	}
 	if (resp->status == 206 &&
 	    sscanf(resp->content_range, "bytes %" SCNu64 "-%" SCNu64, &a, &b) == 2 &&
 	    (a != req->off || b != req->off + req->len - 1)) {
@@ -667,11 +673,6 @@ static int check_range(const struct remote_req *req, struct remote_resp *resp, c
 		if (!req->quiet)
 			MCFS_ERR("%s: %s", what, resp->error);
 		return -EIO;
-	}
-	if (req->expect_total && resp->total >= 0 && (uint64_t)resp->total != req->expect_total) {
-		snprintf(resp->error, sizeof(resp->error), "%" PRId64 " bytes, not %" PRIu64,
-			 resp->total, req->expect_total);
-		return -ESTALE;
 	}
 	if (req->expect_etag && req->expect_etag[0] && resp->etag[0] &&
 	    strcmp(resp->etag, req->expect_etag) != 0)
