@@ -392,3 +392,30 @@ def test_unreachable_shared_cache_mounts_without_it(swift, tmp_path):
         log = m.log()
     assert st["shared_state"] == 2 and st["store_reads"] == 3, st
     assert "not reachable" in log and "reads go to the store" in log, log
+
+
+def test_with_a_proxy_for_the_store(swift, origin, tmp_path):
+    """The deployment beside a P2P distributor (deploy/README.md, Dragonfly): the
+    store's reads go through the proxy that http_proxy names, the shared cache's
+    requests bypass it (NO_PROXY), and the second daemon sends the proxy no read."""
+    data = rc.data_for("proxied", 4 * BLOCK + 5)
+    (tmp_path / "src" / "model.bin").write_bytes(data)
+    n = nblocks(data)
+    # the shared cache by another name of loopback, so that NO_PROXY can tell it apart
+    shared_ep = "http://localhost:%d" % swift.port
+    with FaultProxy(origin.port) as px:
+        env = dict(ENV, http_proxy=px.url, no_proxy="localhost", NO_PROXY="localhost")
+        opts = shared_opts(swift, "proxied", endpoint=shared_ep)
+        with mcfs_mount(origin.url, str(tmp_path / "a"), opts=opts, env=env) as a:
+            assert read(a.p("model.bin")) == data
+            written(a, n)
+        reads_a = [ln for ln in px.request_lines if "/model.bin" in ln and ln.startswith("GET")]
+        assert len(reads_a) >= n, px.request_lines
+        with mcfs_mount(origin.url, str(tmp_path / "b"), opts=opts, env=env) as b:
+            assert read(b.p("model.bin")) == data
+            st = b.stats()
+        reads = [ln for ln in px.request_lines if "/model.bin" in ln and ln.startswith("GET")]
+        assert reads == reads_a, px.request_lines  # b read nothing through the proxy
+        assert not any("mcfs1/" in ln or "localhost" in ln for ln in px.request_lines), \
+            px.request_lines
+    assert st["shared_hits"] == n and st["store_reads"] == 0, st
