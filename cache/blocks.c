@@ -638,6 +638,48 @@ void cache_evict_file(struct cache *c, struct cache_file *f, struct cache_evicte
 	pthread_mutex_unlock(&c->lock);
 	if (c->disk) /* all versions of the path */
 		out->disk_bytes = cache_disk_evict_path(c->disk, f->path);
+	out->disk_bytes += cache_backing_evict_path(c, f->path);
+}
+
+uint64_t cache_ram_drop_file(struct cache *c, struct cache_file *f)
+{
+	struct cache_block *b;
+	uint64_t i, bytes = 0;
+
+	pthread_mutex_lock(&c->lock);
+	for (i = 0; i < f->nblocks; i++) {
+		b = hash_find(c, f, i);
+		if (!b || b->state != SLOT_READY || b->refs > 0)
+			continue;
+		bytes += held_bytes(b);
+		discard(c, b);
+	}
+	pthread_mutex_unlock(&c->lock);
+	return bytes;
+}
+
+bool cache_file_complete(struct cache *c, struct cache_file *f)
+{
+	struct cache_block *b;
+	struct cache_meta_key key;
+	bool *in_ram = calloc(f->nblocks + 1, sizeof(*in_ram));
+	bool all = in_ram != NULL;
+	uint64_t i;
+
+	pthread_mutex_lock(&c->lock);
+	for (i = 0; all && i < f->nblocks; i++) {
+		b = hash_find(c, f, i);
+		in_ram[i] = b && b->state == SLOT_READY && cache_block_full(b);
+	}
+	pthread_mutex_unlock(&c->lock);
+	for (i = 0; all && i < f->nblocks; i++) {
+		if (in_ram[i])
+			continue;
+		cache_meta_block_key(f->path, f->version, i, &key);
+		all = c->disk && cache_disk_held(c->disk, &key) == cache_file_block_len(c, f, i);
+	}
+	free(in_ram);
+	return all;
 }
 
 uint64_t cache_file_cached_bytes(struct cache *c, struct cache_file *f)
@@ -679,6 +721,7 @@ void cache_get_stats(struct cache *c, struct cache_stats *out)
 	out->ram_prefault = (uint64_t)atomic_load(&c->prefault_state);
 	out->ram_faulted_bytes = atomic_load_explicit(&c->prefault_bytes, memory_order_relaxed);
 	cache_tier_stats(c, out);
+	cache_backing_stats(c, out);
 	out->reads = atomic_load_explicit(&c->reads, memory_order_relaxed);
 	out->read_bytes = atomic_load_explicit(&c->read_bytes, memory_order_relaxed);
 	remote_get_stats(c->remote, &rs);

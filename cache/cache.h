@@ -39,6 +39,9 @@
  *   Leaves, each taken with none of 1-3 held, and never across I/O:
  *   - disk->lock (disk_int.h): the disk tier's index, LRU, write queue and
  *     counters; dropped around io_uring I/O, LMDB and the done callback.
+ *   - backing->lock (backing.c): the backing files' list, pins and counters;
+ *     opens that wait for a build sleep on its condition, the build itself
+ *     runs with no lock held.
  *   - LMDB's own write lock (inside cache/meta: one write transaction at a
  *     time, held by LMDB across its commit); cache/meta has no lock of its own.
  *   - the store's (cache/remote): fetch.c's idle-connection pool lock and
@@ -288,8 +291,35 @@ struct cache_evicted {
 };
 
 /* Drops every unreferenced cached block of @f from RAM, and every block of its
- * path (any version) from the disk tier, and says how much in *out. Can't fail. */
+ * path (any version) from the disk tier and its backing files (a pinned one
+ * when its last user puts it back), and says how much in *out. Can't fail. */
 void cache_evict_file(struct cache *c, struct cache_file *f, struct cache_evicted *out);
+
+/* ---- backing files for FUSE passthrough (backing.c) ------------------------
+ *
+ * The kernel reads a passthrough open's backing file itself, at the file's
+ * own offsets, with no request to mcfs; so a backing file must hold the whole
+ * version and nothing else. cache/ keeps them (fs/ never sees a path under
+ * cache_dir): one plain file per complete version, built from the verified
+ * tiers on the first get, bounded by disk_cache. Lock: their own leaf lock.
+ */
+
+/*
+ * A read-only descriptor of @f's backing file in *fd (the caller closes it),
+ * building the file first if the tiers hold every block of @f whole (the
+ * open sleeps for the copy, and opens of the same version wait for it).
+ * Pins the file (never evicted) until cache_backing_put(c, f); one put per
+ * successful get. Returns 0; -ENOENT when there is none and none can be
+ * built (no disk tier, a block missing, an empty file); -ENOSPC when the
+ * backing files' share of disk_cache is pinned; or the error of the build
+ * (logged; -ESTALE when the file changed in the store). Threads: any, with
+ * no lock of the caller's held (it may do I/O for seconds).
+ */
+MCFS_MUST_CHECK int cache_backing_get(struct cache *c, struct cache_file *f, int *fd);
+/* True if this cache can make backing files (it has a disk tier). Can't fail. */
+bool cache_backing_enabled(const struct cache *c);
+/* Unpins what cache_backing_get() pinned. Can't fail. */
+void cache_backing_put(struct cache *c, struct cache_file *f);
 
 /* A snapshot of every counter of the cache, its tiers and its store. Can't fail. */
 void cache_get_stats(struct cache *c, struct cache_stats *out);

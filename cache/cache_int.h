@@ -123,6 +123,9 @@ struct cache {
 	/* Why disk is NULL (enum cache_disk_off) and the errno behind it, or 0:
 	 * set with it, fixed afterwards. */
 	int disk_off, disk_off_errno;
+	/* Backing files for FUSE passthrough (backing.c): NULL without a disk
+	 * tier. Set up with the disk tier, fixed afterwards; its own lock. */
+	struct cache_backing *backing;
 };
 
 /*
@@ -184,6 +187,20 @@ void cache_disk_done(void *ctx, void *arg);
 uint64_t cache_tier_file_bytes(struct cache *c, struct cache_file *f, const bool *in_ram);
 /* Adds the disk tier's counters, or why there is none. No lock held. */
 void cache_tier_stats(struct cache *c, struct cache_stats *out);
+
+/* blocks.c: drops @f's unreferenced blocks from the RAM tier; returns the bytes. */
+uint64_t cache_ram_drop_file(struct cache *c, struct cache_file *f);
+/* blocks.c: true if every block of @f is whole in the RAM or the disk tier. No lock held. */
+bool cache_file_complete(struct cache *c, struct cache_file *f);
+
+/* backing.c: the backing files under STORE_DIR/files, at most @limit bytes (removes
+ * what a previous run left). Returns 0 or a negative errno (then no passthrough). */
+MCFS_MUST_CHECK int cache_backing_open(struct cache *c, const char *store_dir, uint64_t limit);
+void cache_backing_close(struct cache *c); /* NULL backing is fine */
+/* Unlinks @path's unpinned backing files (pinned ones at their last put); returns bytes. */
+uint64_t cache_backing_evict_path(struct cache *c, const char *path);
+/* Fills the backing_* counters. No lock held. */
+void cache_backing_stats(struct cache *c, struct cache_stats *out);
 
 /* Page bitmaps (blocks.c): does b hold all of [lo, hi)? all of its block? */
 bool cache_block_covers(const struct cache_block *b, uint32_t lo, uint32_t hi);

@@ -154,7 +154,25 @@ enum cache_counter_type {
 	X(FS, gpu_load_bytes, "gpu_load_bytes", COUNTER, "gpu_load_bytes_total", NULL,             \
 	  "Bytes copied to GPU memory by loads.")                                                  \
 	X(FS, gpu_load_ns, "gpu_load_ns", COUNTER, NULL, NULL,                                     \
-	  "Nanoseconds spent in GPU loads that succeeded (Prometheus: gpu_load_seconds_total).")   \
+	  "Nanoseconds spent in GPU loads that succeeded (Prometheus: gpu_load_seconds_total).")  \
+	X(FS, fuse_max_request, "fuse_max_request", GAUGE, "fuse_max_request_bytes", NULL,         \
+	  "Bytes one FUSE READ may ask for, as FUSE INIT granted (0 before INIT).")                \
+	X(FS, fuse_io_uring, "fuse_io_uring", GAUGE, "fuse_io_uring", NULL,                        \
+	  "1 once a request came over FUSE io_uring, else 0.")                                     \
+	X(CACHE, backing_files, "backing_files", GAUGE, "backing_files", NULL,                     \
+	  "Complete file versions with a backing file for FUSE passthrough.")                      \
+	X(CACHE, backing_bytes, "backing_bytes", GAUGE, "backing_bytes", NULL,                     \
+	  "Bytes of those backing files (a second copy on disk, bound by disk_cache).")            \
+	X(CACHE, backing_builds, "backing_builds", COUNTER, "backing_builds_total", NULL,          \
+	  "Backing files built from the verified tiers.")                                          \
+	X(FS, passthrough, "passthrough", GAUGE, "fuse_passthrough", NULL,                         \
+	  "1 when FUSE passthrough was agreed with the kernel, else 0.")                           \
+	X(FS, passthrough_opens, "passthrough_opens", COUNTER, "passthrough_opens_total", NULL,    \
+	  "Opens answered with passthrough: the kernel reads the backing file itself.")            \
+	X(FS, passthrough_fallbacks, "passthrough_fallbacks", COUNTER,                             \
+	  "passthrough_fallbacks_total", NULL,                                                     \
+	  "Opens of a complete file that went through the cache instead (cached opens of the "     \
+	  "inode, another version open, or the kernel refused the backing file).")                 \
 	X(CACHE, shared_state, "shared_state", GAUGE, "shared_cache_state", NULL,                  \
 	  "The shared cache tier: 0 off, 1 up, 2 down (reads go to the store), 3 up but "          \
 	  "refusing writes.")                                                                      \

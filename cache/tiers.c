@@ -213,6 +213,10 @@ void cache_tiers_open(struct cache *c)
 	if (rc == 0)
 		rc =
 		    cache_disk_open(dir, limit, c->bs, c->meta, qmax, cache_disk_done, c, &c->disk);
+	/* Backing files share disk_cache's size as their own bound (a second copy:
+	 * docs/architecture.md, Passthrough). Without them there is no passthrough. */
+	if (rc == 0 && cache_backing_open(c, dir, limit) < 0)
+		MCFS_WARN("cache_dir %s: no directory for backing files: no FUSE passthrough", dir);
 	if (rc < 0) {
 		set_off(c, CACHE_DISK_OFF_DISK, rc);
 		MCFS_WARN("cache_dir %s: no disk tier (disk_cache=%s: %llu bytes): %s; "
@@ -227,6 +231,7 @@ void cache_tiers_close(struct cache *c)
 	cache_shared_close(c->shared); /* writes (or drops) its queue: calls cache_disk_done() */
 #endif
 	c->shared = NULL;
+	cache_backing_close(c);
 	cache_disk_close(c->disk); /* drains write-behind: calls cache_disk_done() */
 	c->disk = NULL;
 	cache_meta_close(c->meta);

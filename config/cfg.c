@@ -82,6 +82,18 @@ static int check_disk_cache(const char *v)
 	return cfg_parse_size(v, &bytes);
 }
 
+static int check_io_uring(const char *v)
+{
+	if (strcmp(v, "auto") == 0 || strcmp(v, "on") == 0 || strcmp(v, "off") == 0)
+		return 0;
+	return -EINVAL;
+}
+
+static int check_passthrough(const char *v)
+{
+	return strcmp(v, "auto") == 0 || strcmp(v, "off") == 0 ? 0 : -EINVAL;
+}
+
 static int check_hostport(const char *v)
 {
 	const char *colon = strrchr(v, ':');
@@ -122,6 +134,15 @@ static const struct key keys[] = {
     {"keep_cache", KEY_BOOL, F(keep_cache), 0, 0, NULL,
      "true or false; keep page cache across opens of unchanged files"},
     {"max_threads", KEY_UINT, F(max_threads), 1, 1024, NULL, "1 to 1024; FUSE worker threads"},
+    {"max_request", KEY_SIZE, F(max_request), 0, 64 * MiB, NULL,
+     "0 (= block_size) or 128K to 64M in whole 4K pages; largest FUSE request asked for (over "
+     "1M: libfuse 3.17.2 and fs.fuse.max_pages_limit)"},
+    {"io_uring", KEY_STR, F(io_uring), 0, 0, check_io_uring,
+     "auto, on or off; FUSE over io_uring (libfuse 3.18; auto = when the kernel's "
+     "enable_uring is Y)"},
+    {"passthrough", KEY_STR, F(passthrough), 0, 0, check_passthrough,
+     "auto or off; FUSE passthrough: the kernel reads complete files from their backing "
+     "file in cache_dir (libfuse 3.17, root; auto = when all of it is there)"},
     {"allow_other", KEY_BOOL, F(allow_other), 0, 0, NULL,
      "true or false; let other users (pods) read the mount"},
     {"endpoint", KEY_STR, F(endpoint), 0, 0, NULL, "an http(s) URL of an S3-compatible service"},
@@ -231,6 +252,9 @@ void cfg_init(struct cfg *c)
 	c->odirect = true;
 	c->keep_cache = true;
 	c->max_threads = 16;
+	c->max_request = 0; /* the block: one FUSE READ answers from one block */
+	snprintf(c->io_uring, sizeof(c->io_uring), "auto");
+	snprintf(c->passthrough, sizeof(c->passthrough), "auto");
 	c->tls_verify = true;
 	snprintf(c->region, sizeof(c->region), "us-east-1");
 	snprintf(c->addressing, sizeof(c->addressing), "path");
@@ -706,6 +730,13 @@ int cfg_validate(const struct cfg *c, char *err, size_t errlen)
 			 "bad value for readahead_max: %s (allowed: 0, or at least block_size, %s)",
 			 shown(c, "readahead_max", c->readahead_max, a, sizeof(a)),
 			 cfg_fmt_size(c->block_size, b, sizeof(b)));
+		return -EINVAL;
+	}
+	if (c->max_request != 0 && (c->max_request < 128 * KiB || c->max_request % (4 * KiB))) {
+		snprintf(err, errlen,
+			 "bad value for max_request: %" PRIu64
+			 " (allowed: 0 or 128K to 64M in whole 4K pages)",
+			 c->max_request);
 		return -EINVAL;
 	}
 	if ((c->access_key[0] != '\0') != (c->secret_key[0] != '\0')) {

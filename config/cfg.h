@@ -50,6 +50,9 @@ struct cfg {
 	bool splice;		/* splice replies into /dev/fuse */
 	bool keep_cache;	/* FOPEN_KEEP_CACHE for files unchanged since last open */
 	unsigned max_threads;	/* FUSE worker threads */
+	uint64_t max_request;	/* bytes, largest FUSE request to ask for; 0 = block_size */
+	char io_uring[8];	/* "auto", "on" or "off": FUSE over io_uring */
+	char passthrough[8];	/* "auto" or "off": FUSE passthrough of complete files */
 	bool allow_other;	/* let other users see the mount */
 
 	/* Remote stores (cache/remote). */

@@ -65,6 +65,8 @@ static void test_defaults(void)
 	CHECK(c.odirect == true, "odirect");
 	CHECK(c.allow_other == false, "allow_other");
 	CHECK(c.max_threads == 16, "max_threads %u", c.max_threads);
+	CHECK(c.max_request == 0, "max_request %" PRIu64, c.max_request);
+	CHECK(strcmp(c.io_uring, "auto") == 0, "io_uring '%s'", c.io_uring);
 	CHECK(c.log_level == MCFS_LOG_INFO, "log_level %d", c.log_level);
 	CHECK(c.tls_verify == true, "tls_verify");
 	CHECK(strcmp(c.region, "us-east-1") == 0, "region '%s'", c.region);
@@ -274,6 +276,27 @@ static void test_values(void)
 	expect_bad("attr_ttl", "inf", "seconds");
 	expect_ok("negative_ttl", "0");
 	expect_bad("negative_ttl", "-0.1", "seconds");
+
+	expect_ok("max_request", "0");
+	expect_ok("max_request", "128K");
+	expect_ok("max_request", "8M");
+	expect_ok("max_request", "64M");
+	expect_ok("max_request", "1028K");
+	expect_bad("max_request", "65M", "128K to 64M");
+	expect_bad("max_request", "-1", "128K to 64M");
+	expect_bad("max_request", "big", "128K to 64M");
+	/* below 128K, and not whole pages: refused by cfg_validate, with the value in bytes */
+	expect_bad_shown("max_request", "64K", "65536", "128K to 64M");
+	expect_bad_shown("max_request", "1000000", "1000000", "whole 4K pages");
+
+	expect_ok("io_uring", "auto");
+	expect_ok("io_uring", "on");
+	expect_ok("io_uring", "off");
+	expect_bad("io_uring", "yes", "auto, on or off");
+	expect_bad("io_uring", "", "auto, on or off");
+	expect_ok("passthrough", "auto");
+	expect_ok("passthrough", "off");
+	expect_bad("passthrough", "on", "auto or off");
 
 	expect_ok("read_ahead_kb", "0");
 	expect_ok("read_ahead_kb", "1048576");

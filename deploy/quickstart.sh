@@ -21,7 +21,12 @@ else
 	./deploy/install-deps.sh build
 	cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
 	cmake --build build -j"$(nproc)" >/dev/null
-	MCFS=$repo/build/fs/mcfs
+	# Under /usr/local: mcfs in bin/, on the PATH of shells, of systemd (fstab)
+	# and of the /bin/sh that mount.fuse3 runs it with (`mount -t fuse.mcfs`),
+	# libmcfs, and the Python package where the system's python3 finds it.
+	cmake --install build --prefix /usr/local >/dev/null
+	ldconfig
+	MCFS=/usr/local/bin/mcfs
 fi
 
 # A fixed name under /tmp could be made in advance by another user (as a link to

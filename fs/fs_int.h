@@ -17,6 +17,7 @@
 
 #include "cache.h"
 #include "cfg.h"
+#include "fuse_conn.h"
 
 struct gpu;
 struct fs_inodes;
@@ -32,6 +33,7 @@ struct fs_session {
 	struct gpu *gpu;	  /* the GPU fast path; answers -ENODEV without a device */
 	struct fs_inodes *inodes; /* inode table and metadata cache (fs/inode.c) */
 	struct fuse_session *se;
+	struct fs_conn conn;	      /* what FUSE INIT negotiated (fuse_conn.c) */
 	atomic_int stop;	      /* set by signal handlers */
 	uint64_t started_ns;	      /* mcfs_now_ns() at mount */
 	pthread_mutex_t handles_lock; /* guards handles */
@@ -48,6 +50,7 @@ struct fs_handle {
 	struct cache_file *file;       /* reference held for the handle's life */
 	struct cache_stream *stream;   /* readahead state of this open */
 	bool keep_cache, direct_io;    /* how it uses the page cache (fs_open_mode) */
+	bool passthrough;	       /* the kernel reads its backing file (fs_open_mode) */
 	struct fs_handle *prev, *next; /* session->handles, guarded by handles_lock */
 };
 

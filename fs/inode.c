@@ -34,6 +34,13 @@ struct fs_node {
 	 * opens of another version while pc_opens > 0 bypass it (direct_io). */
 	char open_version[CACHE_VERSION_MAX]; /* version of the page-cache opens */
 	unsigned pc_opens;		      /* open handles that use the page cache */
+	/* Passthrough (fs_inode_passthrough): while pt_opens > 0 the kernel holds
+	 * backing_id on this inode, a backing file of pt_version, and refuses
+	 * cached opens; the node holds the file's pin (cache_backing_get). */
+	char pt_version[CACHE_VERSION_MAX];
+	unsigned pt_opens;
+	int backing_id;
+	bool pt_busy_logged; /* another version was refused once: said so */
 };
 
 struct fs_inodes {
@@ -401,17 +408,88 @@ int fs_inode_open(struct fs_session *s, fuse_ino_t ino, struct cache_file **f,
 	return open_file(s, ino, f, mode);
 }
 
-void fs_inode_close(struct fs_session *s, fuse_ino_t ino, const struct fs_open_mode *mode)
+void fs_inode_close(struct fs_session *s, fuse_req_t req, fuse_ino_t ino, struct cache_file *f,
+		    const struct fs_open_mode *mode)
 {
 	struct fs_node *n;
+	int id = 0;
 
 	if (mode->direct_io)
 		return;
 	pthread_mutex_lock(&s->inodes->lock);
 	n = by_ino(s->inodes, ino);
-	if (n && n->pc_opens > 0)
+	if (n && mode->passthrough && n->pt_opens > 0 && --n->pt_opens == 0) {
+		id = n->backing_id;
+		n->backing_id = 0;
+	} else if (n && !mode->passthrough && n->pc_opens > 0) {
 		n->pc_opens--;
+	}
 	pthread_mutex_unlock(&s->inodes->lock);
+	if (id == 0)
+		return;
+#ifdef MCFS_FUSE_PASSTHROUGH
+	/* The kernel dropped the inode's use of it before this RELEASE came. */
+	if (req)
+		fuse_passthrough_close(req, id);
+#else
+	(void)req;
+#endif
+	cache_backing_put(s->cache, f);
+}
+
+bool fs_inode_passthrough(struct fs_session *s, fuse_req_t req, fuse_ino_t ino,
+			  struct cache_file *f, struct fs_open_mode *mode)
+{
+#ifdef MCFS_FUSE_PASSTHROUGH
+	const char *v = cache_file_version(f);
+	bool done = false, keep_pin = false, refused = false;
+	struct fs_node *n;
+	int fd = -1, id, rc;
+
+	if (mode->direct_io || mode->passthrough)
+		return mode->passthrough;
+	/* Builds the backing file if need be (seconds): no lock held. */
+	rc = cache_backing_get(s->cache, f, &fd);
+	if (rc < 0)
+		return false;
+	pthread_mutex_lock(&s->inodes->lock);
+	n = by_ino(s->inodes, ino);
+	if (n && n->pt_opens > 0 && strcmp(n->pt_version, v) == 0) {
+		/* Another open turned the inode over meanwhile: join it. */
+		done = true;
+	} else if (n && n->pt_opens == 0 && n->pc_opens == 1 && strcmp(n->open_version, v) == 0) {
+		/* Ours is the inode's only cached open: the kernel lets it switch. */
+		id = fuse_passthrough_open(req, fd);
+		if (id > 0) {
+			n->backing_id = id;
+			snprintf(n->pt_version, sizeof(n->pt_version), "%s", v);
+			done = keep_pin = true; /* the node's pin, put at the last close */
+		} else {
+			refused = true;
+		}
+	}
+	if (done) {
+		n->pc_opens--;
+		n->pt_opens++;
+		mode->passthrough = true;
+		mode->keep_cache = false; /* the kernel refuses it with passthrough */
+		mode->backing_id = n->backing_id;
+	}
+	pthread_mutex_unlock(&s->inodes->lock);
+	close(fd); /* the kernel holds its own reference to a registered file */
+	if (!keep_pin)
+		cache_backing_put(s->cache, f);
+	if (!done)
+		atomic_fetch_add_explicit(&s->passthrough_fallbacks, 1, memory_order_relaxed);
+	if (refused)
+		MCFS_DEBUG("passthrough of %s refused by the kernel (libfuse says why): read "
+			   "through the cache",
+			   cache_file_path(f));
+	return done;
+#else
+	(void)s, (void)req, (void)ino, (void)f, (void)mode;
+	return false;
+#endif
 }
 
 int fs_inode_file(struct fs_session *s, fuse_ino_t ino, struct cache_file **f)
@@ -433,6 +511,14 @@ static bool page_cache_mode(struct fs_session *s, struct fs_node *n, const char 
 	bool same = strcmp(n->open_version, v) == 0;
 	bool changed = n->open_version[0] != '\0' && !same;
 
+	if (n->pt_opens > 0) {
+		/* The kernel holds a backing file on this inode: this open must use
+		 * it; one of another version is refused by open_file(). */
+		mode->passthrough = true;
+		mode->backing_id = n->backing_id;
+		n->pt_opens++;
+		return false;
+	}
 	mode->direct_io = n->pc_opens > 0 && !same;
 	if (mode->direct_io)
 		return changed;
@@ -480,8 +566,16 @@ static int open_file(struct fs_session *s, fuse_ino_t ino, struct cache_file **f
 	if (rc == 0) {
 		a = n->attr;
 		snprintf(path, sizeof(path), "%s", n->path);
-		if (mode)
+		if (mode && n->pt_opens > 0 && strcmp(n->pt_version, a.version) != 0) {
+			if (!n->pt_busy_logged)
+				MCFS_WARN("%s changed in the store while open with passthrough: "
+					  "opens of the new version get EBUSY until those close",
+					  path);
+			n->pt_busy_logged = true;
+			rc = -EBUSY;
+		} else if (mode) {
 			changed = page_cache_mode(s, n, a.version, mode);
+		}
 	}
 	pthread_mutex_unlock(&s->inodes->lock);
 	if (rc < 0)

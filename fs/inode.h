@@ -60,23 +60,43 @@ void fs_listing_put(struct fs_session *s, struct fs_listing *l);
 /* Counts one lookup of @ino (readdirplus entries). */
 void fs_inode_ref(struct fs_session *s, fuse_ino_t ino);
 
-/* How one open uses the kernel's page cache. */
+/* How one open uses the kernel's page cache, or passthrough. */
 struct fs_open_mode {
-	bool keep_cache; /* the pages cached are of this version: keep them */
-	bool direct_io;	 /* another version owns the page cache now: bypass it */
+	bool keep_cache;  /* the pages cached are of this version: keep them */
+	bool direct_io;	  /* another version owns the page cache now: bypass it */
+	bool passthrough; /* the kernel reads the backing file: backing_id */
+	int backing_id;	  /* the inode's registered backing file, when passthrough */
 };
 
 /*
  * For open(): the cache identity of the file's current version (new
  * reference, drop with cache_file_put()) and how the open uses the page cache
- * (see fs_open_mode; end it with fs_inode_close()). Errors: -EISDIR,
- * -ENOENT, -EIO.
+ * (see fs_open_mode; end it with fs_inode_close()). An open of the inode's
+ * passthrough version while its passthrough opens last is passthrough too;
+ * of another version then -EBUSY (the kernel allows neither a second backing
+ * file nor a cached open on that inode). Errors: -EISDIR, -ENOENT, -EIO,
+ * -EBUSY.
  */
 MCFS_MUST_CHECK int fs_inode_open(struct fs_session *s, fuse_ino_t ino, struct cache_file **f,
 				  struct fs_open_mode *mode);
 
-/* At release of a handle opened with @mode. Can't fail. */
-void fs_inode_close(struct fs_session *s, fuse_ino_t ino, const struct fs_open_mode *mode);
+/*
+ * Turns a cached open of @f (fs_inode_open() gave @mode, not direct_io) into
+ * a passthrough open when the kernel allows it: the file has a backing file
+ * (cache_backing_get()) and the inode has no other cached open. The inode
+ * holds one backing id and one pin of the backing file while passthrough
+ * opens last (the kernel allows one backing file per inode, and no cached
+ * open beside passthrough ones). @req registers the backing file. Returns
+ * true when @mode became passthrough; false leaves it as it was (counted as
+ * a fallback when the file had a backing file). Can't fail.
+ */
+bool fs_inode_passthrough(struct fs_session *s, fuse_req_t req, fuse_ino_t ino,
+			  struct cache_file *f, struct fs_open_mode *mode);
+
+/* At release of a handle of @f opened with @mode; @req (NULL at teardown)
+ * unregisters the inode's backing file after its last passthrough open. */
+void fs_inode_close(struct fs_session *s, fuse_req_t req, fuse_ino_t ino, struct cache_file *f,
+		    const struct fs_open_mode *mode);
 
 /* The cache identity of @ino's current version, as fs_inode_open() but
  * without counting as an open. New reference: drop with cache_file_put(). */

@@ -20,12 +20,9 @@
 #include "cli.h"
 #include "inode.h"
 #include "mount_util.h"
-#ifdef MCFS_HAVE_GPU
 #include "gpu.h"
-#endif
-#ifdef MCFS_HAVE_METRICS
+#include "gpu_build.h" /* generated: MCFS_GPU_BUILD */
 #include "metrics.h"
-#endif
 
 #include <errno.h>
 #include <fcntl.h>
@@ -64,9 +61,7 @@ static const struct command commands[] = {
     {"prefetch", "[-q] PATH...", "warm files or trees into the cache", "  -q  no progress bar\n"},
     {"status", "MOUNTPOINT", "cache tiers, hit ratios, fetches", NULL},
     {"evict", "PATH...", "drop files (or trees) from the cache", NULL},
-#ifdef MCFS_HAVE_NET
     {"manifest", "DIR > DIR/.mcfs-manifest.json", "the listing an http store serves", NULL},
-#endif
     {"help-config", "", "every option, its default and what it allows", NULL},
     {"version", "", "the version", NULL},
     {"help", "[COMMAND]", "this text, or one command's", NULL},
@@ -243,9 +238,7 @@ static int fuse_args_for(const struct cfg *cfg, struct fuse_args *args)
 
 static void teardown(struct fs_session *s)
 {
-#ifdef MCFS_HAVE_GPU
 	gpu_free(s->gpu);
-#endif
 	if (s->se)
 		fuse_session_destroy(s->se);
 	if (s->cache)
@@ -268,14 +261,16 @@ static int setup(struct fs_session *s)
 		rc = fs_inodes_new(s, &s->inodes);
 	if (rc < 0)
 		return rc;
-#ifdef MCFS_HAVE_GPU
 	rc = gpu_new(&s->cfg, s->cache, &s->gpu);
 	if (rc < 0)
 		return rc;
-#endif
 	rc = fuse_args_for(&s->cfg, &args);
-	if (rc < 0)
+	if (rc == 0)
+		rc = fs_conn_args(s, &args);
+	if (rc < 0) {
+		fuse_opt_free_args(&args);
 		return rc;
+	}
 	s->se = fuse_session_new(&args, &fs_ops, sizeof(fs_ops), s);
 	fuse_opt_free_args(&args);
 	if (!s->se) {
@@ -438,6 +433,10 @@ static void *ready_thread(void *arg)
 		stop_request(r->st);
 		return NULL;
 	}
+	if (fs_conn_check(s, s->cfg.mountpoint) < 0) {
+		stop_request(r->st);
+		return NULL;
+	}
 	fs_mount_set_readahead(s->cfg.mountpoint, s->cfg.read_ahead_kb);
 	cache_get_stats(s->cache, &cs); /* the block size and slots the cache settled on */
 	MCFS_INFO("mounted %s on %s (%s store, block %s, RAM tier %llu slots)", s->cfg.source_shown,
@@ -464,9 +463,7 @@ static void *ready_thread(void *arg)
 /* Mounts and serves until unmounted; in daemon mode tells the parent through @ready_fd. */
 static int run_mount(struct fs_session *s, int ready_fd)
 {
-#ifdef MCFS_HAVE_METRICS
 	struct fs_metrics *metrics = NULL;
-#endif
 	struct stopper st = {0};
 	struct ready_ctx r = {.s = s, .st = &st, .ready_fd = ready_fd};
 	pthread_t tid;
@@ -475,10 +472,8 @@ static int run_mount(struct fs_session *s, int ready_fd)
 	rc = stopper_start(&st);
 	if (rc == 0)
 		rc = setup(s);
-#ifdef MCFS_HAVE_METRICS
 	if (rc == 0)
 		rc = fs_metrics_start(s, &metrics);
-#endif
 	if (rc == 0) {
 		pthread_mutex_lock(&st.lock);
 		st.se = s->se;
@@ -499,9 +494,7 @@ static int run_mount(struct fs_session *s, int ready_fd)
 	stopper_stop(&st);
 	pthread_join(tid, NULL);
 	MCFS_INFO("unmounted %s", s->cfg.mountpoint);
-#ifdef MCFS_HAVE_METRICS
 	fs_metrics_stop(metrics);
-#endif
 	teardown(s);
 	return rc < 0 ? 1 : 0;
 }
@@ -674,7 +667,10 @@ int main(int argc, char **argv)
 		return 0;
 	}
 	if (strcmp(cmd, "version") == 0) {
-		printf("mcfs %s\n", MCFS_VERSION);
+		/* Says whether loads can take the GPU path, and with which runtime
+		 * (its version sets the oldest driver it runs on). */
+		printf("mcfs %s (GPU fast path: %s)\n", MCFS_VERSION, MCFS_GPU_BUILD);
+		fs_conn_print_version(stdout); /* libfuse: version, features */
 		return 0;
 	}
 	if (strcmp(cmd, "help") == 0) {

@@ -55,6 +55,7 @@ static void fs_init(void *userdata, struct fuse_conn_info *conn)
 		conn->want &=
 		    ~(FUSE_CAP_SPLICE_WRITE | FUSE_CAP_SPLICE_MOVE | FUSE_CAP_SPLICE_READ);
 	}
+	fs_conn_init(s, conn); /* requests over 1 MiB, io_uring */
 	MCFS_DEBUG("fuse init: proto %u.%u max_write %u max_readahead %u want 0x%x",
 		   conn->proto_major, conn->proto_minor, conn->max_write, conn->max_readahead,
 		   conn->want);
@@ -121,10 +122,11 @@ static void handle_link(struct fs_session *s, struct fs_handle *h)
 	pthread_mutex_unlock(&s->handles_lock);
 }
 
-/* Unlinks and frees @h: its stream and its file reference. */
-static void handle_free(struct fs_session *s, struct fs_handle *h)
+/* Unlinks and frees @h: its stream and its file reference. @req (NULL at
+ * teardown) unregisters a backing file whose last passthrough open this is. */
+static void handle_free(struct fs_session *s, fuse_req_t req, struct fs_handle *h)
 {
-	struct fs_open_mode mode = {h->keep_cache, h->direct_io};
+	struct fs_open_mode mode = {h->keep_cache, h->direct_io, h->passthrough, 0};
 
 	pthread_mutex_lock(&s->handles_lock);
 	if (h->prev)
@@ -134,7 +136,7 @@ static void handle_free(struct fs_session *s, struct fs_handle *h)
 	if (h->next)
 		h->next->prev = h->prev;
 	pthread_mutex_unlock(&s->handles_lock);
-	fs_inode_close(s, h->ino, &mode);
+	fs_inode_close(s, req, h->ino, h->file, &mode);
 	cache_stream_free(h->stream);
 	cache_file_put(s->cache, h->file);
 	free(h);
@@ -143,13 +145,13 @@ static void handle_free(struct fs_session *s, struct fs_handle *h)
 void fs_handles_free_all(struct fs_session *s)
 {
 	while (s->handles)
-		handle_free(s, s->handles);
+		handle_free(s, NULL, s->handles);
 }
 
 static void fs_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
 	struct fs_session *s = fs_sess(req);
-	struct fs_open_mode mode = {false, false};
+	struct fs_open_mode mode = {false, false, false, 0};
 	struct fs_handle *h;
 	int rc;
 
@@ -167,10 +169,13 @@ static void fs_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	if (rc == 0) {
 		rc = cache_stream_new(s->cache, h->file, &h->stream);
 		if (rc < 0) {
+			fs_inode_close(s, req, ino, h->file, &mode);
 			cache_file_put(s->cache, h->file);
-			fs_inode_close(s, ino, &mode);
 		}
 	}
+	/* A complete file: the kernel may read its backing file itself. */
+	if (rc == 0 && atomic_load(&s->conn.pt_on))
+		fs_inode_passthrough(s, req, ino, h->file, &mode);
 	if (rc < 0) {
 		free(h);
 		fuse_reply_err(req, -rc);
@@ -179,18 +184,26 @@ static void fs_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	fi->fh = (uint64_t)(uintptr_t)h;
 	h->keep_cache = mode.keep_cache;
 	h->direct_io = mode.direct_io;
+	h->passthrough = mode.passthrough;
 	fi->keep_cache = mode.keep_cache;
 	fi->direct_io = mode.direct_io;
+#ifdef MCFS_FUSE_PASSTHROUGH
+	fi->backing_id = mode.passthrough ? mode.backing_id : 0; /* FOPEN_PASSTHROUGH */
+#endif
+	if (mode.passthrough)
+		atomic_fetch_add_explicit(&s->passthrough_opens, 1, memory_order_relaxed);
 	fi->noflush = 1;
 	handle_link(s, h);
-	if (fuse_reply_open(req, fi) != 0) /* interrupted: no release will come */
-		handle_free(s, h);
+	/* Interrupted: no release will come. The request is gone with the failed
+	 * reply, so a backing id registered for it stays until unmount. */
+	if (fuse_reply_open(req, fi) != 0)
+		handle_free(s, NULL, h);
 }
 
 static void fs_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
 	(void)ino;
-	handle_free(fs_sess(req), (struct fs_handle *)(uintptr_t)fi->fh);
+	handle_free(fs_sess(req), req, (struct fs_handle *)(uintptr_t)fi->fh);
 	fuse_reply_err(req, 0);
 }
 
@@ -381,6 +394,7 @@ static void fs_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name, size_t
 	char buf[4096];
 	int n;
 
+	fs_conn_note_req(fs_sess(req), req); /* is io_uring in use? (fs_conn_check) */
 	if (strcmp(name, XATTR_EVICT) == 0) {
 		uid_t uid = fuse_req_ctx(req)->uid;
 
@@ -531,9 +545,7 @@ const struct fuse_lowlevel_ops fs_ops = {
     .statfs = fs_statfs,
     .getxattr = fs_getxattr,
     .listxattr = fs_listxattr,
-#ifdef MCFS_HAVE_IOCTL
     .ioctl = fs_ioctl,
-#endif
     .setattr = fs_setattr,
     .mknod = fs_mknod,
     .mkdir = fs_mkdir,

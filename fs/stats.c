@@ -183,8 +183,14 @@ void fs_stats_prom(FILE *fp, const struct fs_stats *st)
 			continue;
 		fprintf(fp, "# HELP mcfs_%s %s\n# TYPE mcfs_%s %s\n", f->prom, f->help, f->prom,
 			f->type == CACHE_COUNTER ? "counter" : "gauge");
-		for (j = i; j < MCFS_ARRAY_SIZE(rows); j++) {
-			r = &rows[j];
+		/* Within a family, the RAM tier's sample before the disk tier's,
+		 * whatever the rows' order: scrapers and scripts that take the
+		 * first sample of a tier family get the RAM tier, as they always
+		 * did. */
+		for (j = 0; j < 2 * MCFS_ARRAY_SIZE(rows); j++) {
+			r = &rows[j % MCFS_ARRAY_SIZE(rows)];
+			if (r->disk != (j >= MCFS_ARRAY_SIZE(rows)))
+				continue;
 			if (!shown(r, disk) || !same_family(r, f))
 				continue;
 			if (r->label)

@@ -83,6 +83,16 @@ static void print_status(const char *mnt, const struct fs_stats *st)
 	    (unsigned long long)cs->store_retries);
 	printf("  in flight:  %llu fetches, %llu disk writes queued\n",
 	       (unsigned long long)cs->inflight, (unsigned long long)ds->queued);
+	if (st->fuse_max_request)
+		printf("  FUSE:       requests up to %s, io_uring %s\n",
+		       mcfs_fmt_bytes(st->fuse_max_request, a, sizeof(a)),
+		       st->fuse_io_uring ? "on" : "off");
+	printf("  passthrough: %s; %llu opens, %llu fell back to the cache; %llu backing files "
+	       "(%s), %llu built\n",
+	       st->passthrough ? "on" : "off", (unsigned long long)st->passthrough_opens,
+	       (unsigned long long)st->passthrough_fallbacks, (unsigned long long)cs->backing_files,
+	       mcfs_fmt_bytes(cs->backing_bytes, a, sizeof(a)),
+	       (unsigned long long)cs->backing_builds);
 }
 
 int fs_cmd_status(int argc, char **argv)

@@ -1,18 +1,20 @@
 /*
- * gpu_nocuda.c - the GPU module of a build without the CUDA toolkit
+ * gpu_nocuda.c - the GPU module of a build without a CUDA 12 runtime
  * (MCFS_HAVE_CUDA off): the same interface, always answering -ENODEV with
  * the reason, so that fs/ and the clients need no #ifdef. A build with CUDA
  * compiles gpu.c, ipc.c and copy.c instead of this file; request.c is in both.
  */
 #define _GNU_SOURCE
 #include "gpu.h"
+#include "gpu_build.h" /* generated: MCFS_GPU_BUILD, why CUDA is not built in */
 
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#define NO_CUDA "mcfs was built without the CUDA toolkit"
+/* "not built: WHY", as `mcfs --version` says it */
+#define NO_CUDA MCFS_GPU_BUILD
 
 struct gpu {
 	struct cache *cache; /* borrowed */

@@ -12,6 +12,14 @@ On a file outside mcfs, with no GPU (here or in the daemon), or for a
 dtype the fast path does not lay out (F4, F6), it prints a one-line notice
 on stderr and returns `safetensors.torch.load_file(path, device=device)`.
 
+A daemon that speaks another ioctl ABI than this package is refused with
+McfsError(EPROTO), whose message names both versions.
+
+`mcfs.patch_safetensors()` (or MCFS_SAFETENSORS=1 in the environment of a
+process, with the package installed by pip) routes safetensors' own
+`safe_open`/`load_file` for CUDA devices through the same path, unmodified
+callers included: see _switch.py.
+
 Pure Python over ctypes and fcntl: no build step. The ABI is mirrored in
 _abi.py from include/mcfs/mcfs_ioctl.h.
 """
@@ -22,24 +30,35 @@ import sys
 from . import _abi
 from ._header import Header, HeaderError, read as read_header, read_fd as read_header_fd
 from ._header import parse as parse_header
+from ._loader import odd_dtypes, torch_dtype
+from ._switch import patch_safetensors, unpatch_safetensors
 
 __all__ = ["load_file", "info", "prefetch", "read_header", "parse_header", "Header",
-           "HeaderError", "McfsError", "fast_path_reason"]
+           "HeaderError", "McfsError", "fast_path_reason", "patch_safetensors",
+           "unpatch_safetensors", "__version__"]
+
+# The release this package belongs to: the same as the daemon's MCFS_VERSION
+# (common/mcfs.h); pyproject.toml reads it from here.
+__version__ = "0.1.0"
 
 ABI = _abi.ABI
-
-# safetensors dtype name -> torch dtype attribute name (None: not laid out here)
-_TORCH_DTYPES = {
-    "BOOL": "bool", "U8": "uint8", "I8": "int8", "I16": "int16", "U16": "uint16",
-    "F16": "float16", "BF16": "bfloat16", "I32": "int32", "U32": "uint32", "F32": "float32",
-    "C64": "complex64", "F64": "float64", "I64": "int64", "U64": "uint64",
-    "F8_E5M2": "float8_e5m2", "F8_E4M3": "float8_e4m3fn", "F8_E8M0": "float8_e8m0fnu",
-    "F8_E4M3FNUZ": "float8_e4m3fnuz", "F8_E5M2FNUZ": "float8_e5m2fnuz",
-}
 
 
 class McfsError(OSError):
     """A load that mcfs accepted to do and could not; errno says which case."""
+
+
+def abi_mismatch(daemon_abi):
+    """Why a daemon speaking ioctl ABI `daemon_abi` is refused, and what to do."""
+    return ("the mcfs daemon speaks ioctl ABI %d, this Python package (mcfs %s) speaks ABI %d: "
+            "install the package from the same mcfs release as the daemon (pip install "
+            "./gpu/python in its source tree), or run the daemon that goes with this package"
+            % (daemon_abi, __version__, _abi.ABI))
+
+
+def abi_error(path, daemon_abi):
+    """The McfsError(EPROTO) for a daemon speaking ioctl ABI `daemon_abi`."""
+    return McfsError(errno.EPROTO, "mcfs: %s: %s" % (path, abi_mismatch(daemon_abi)))
 
 
 def info(path_or_fd):
@@ -68,7 +87,12 @@ def prefetch(path, offset=0, length=0):
     fd = os.open(path, os.O_RDONLY)
     try:
         r = _abi.PrefetchReq(abi_version=_abi.ABI, offset=offset, length=length)
-        _abi.ioctl(fd, _abi.IOC_PREFETCH, r)
+        try:
+            _abi.ioctl(fd, _abi.IOC_PREFETCH, r)
+        except OSError as e:
+            if e.errno == errno.EPROTO:
+                raise abi_error(path, _abi.info(fd).daemon_abi) from None
+            raise
         return r.blocks_started, r.blocks_cached, r.blocks_total, r.next_offset
     finally:
         os.close(fd)
@@ -83,19 +107,22 @@ def _torch_device(torch, device):
     return dev
 
 
-def fast_path_reason(fd, device, torch):
-    """None if the fast path can load the file open at `fd` to `device`, else why not."""
+def fast_path_reason(fd, device, torch, path="?"):
+    """None if the fast path can load the file open at `fd` to `device`, else why not.
+
+    Raises McfsError(EPROTO) for a daemon that speaks another ioctl ABI.
+    """
     dev = _torch_device(torch, device)
     if dev.type != "cuda":
         return "device %s is not a CUDA device" % dev
-    if not torch.cuda.is_available():
-        return "no CUDA GPU in this process"
     try:
         i = _abi.info(fd)
     except OSError as e:
         return "not on an mcfs mount (%s)" % os.strerror(e.errno)
     if i.daemon_abi != _abi.ABI:
-        return "the mcfs daemon speaks ioctl ABI %d, this package %d" % (i.daemon_abi, _abi.ABI)
+        raise abi_error(path, i.daemon_abi)
+    if not torch.cuda.is_available():
+        return "no CUDA GPU in this process"
     if not i.gpu_ok:
         return "mcfs GPU path unavailable: %s" % i.reason.decode(errors="replace")
     return None
@@ -108,9 +135,8 @@ def _notice(path, reason):
 def _fallback(path, device, reason):
     _notice(path, reason)
     import safetensors.torch as st
-    if st.load_file is load_file:  # someone routed safetensors through us: no recursion
-        with st.safe_open(path, framework="pt", device=device) as f:
-            return {k: f.get_tensor(k) for k in f.keys()}
+    # With the switch on, this goes through its safe_open, which hands every
+    # load the fast path cannot do (the reason above) to safetensors' own.
     return st.load_file(path, device=device)
 
 
@@ -122,7 +148,7 @@ def _load_error(path, e):
 def _views(torch, buf, header):
     out = {}
     for t in header.tensors:
-        dt = getattr(torch, _TORCH_DTYPES[t.dtype])
+        dt = torch_dtype(torch, t.dtype)
         raw = buf[t.begin:t.end]
         if t.end == t.begin:
             out[t.name] = torch.empty(t.shape, dtype=dt, device=buf.device)
@@ -141,21 +167,20 @@ def load_file(path, device="cuda:0"):
     """Loads a safetensors file into `device` memory; see the module docstring.
 
     Raises HeaderError for a malformed file, McfsError (an OSError) when the
-    daemon refuses or fails the load (errno as in include/mcfs/mcfs_ioctl.h), and
-    OSError(EOPNOTSUPP) when the buffer cannot be exported with CUDA IPC.
+    daemon refuses or fails the load (errno as in include/mcfs/mcfs_ioctl.h;
+    EPROTO for a daemon that speaks another ioctl ABI), and OSError(EOPNOTSUPP)
+    when the buffer cannot be exported with CUDA IPC.
     """
     import torch
 
     path = os.fspath(path)
     fd = os.open(path, os.O_RDONLY)
     try:
-        reason = fast_path_reason(fd, device, torch)
+        reason = fast_path_reason(fd, device, torch, path)
         if reason is not None:
             return _fallback(path, device, reason)
         header = read_header_fd(fd)
-        odd = sorted({t.dtype for t in header.tensors
-                      if _TORCH_DTYPES.get(t.dtype) is None
-                      or getattr(torch, _TORCH_DTYPES[t.dtype], None) is None})
+        odd = odd_dtypes(torch, header)
         if odd:
             return _fallback(path, device, "dtype %s not laid out by mcfs" % ", ".join(odd))
         dev = _torch_device(torch, device)
@@ -168,28 +193,7 @@ def load_file(path, device="cuda:0"):
 
 
 def _load_into(fd, path, torch, buf, header):
-    from ._cuda import devbuf_from_ptr
+    from ._loader import IoctlTransport
 
-    db = devbuf_from_ptr(buf.data_ptr())
-    req = _abi.LoadReq()
-    req.abi_version = _abi.ABI
-    req.flags = _abi.LOAD_F_CLOSE  # one-shot: the daemon keeps no mapping of this buffer
-    req.ipc_handle[:] = db.handle
-    req.device_uuid[:] = db.uuid
-    req.device = db.device
-    req.nranges = 1
-    req.ranges[0].file_off = header.data_offset
-    req.ranges[0].len = header.data_len
-    req.ranges[0].dst_off = 0
-    req.dst_offset = db.offset
-    req.dst_size = header.data_len
-    # The allocator may hand out memory that queued kernels still use: let them finish.
-    torch.cuda.current_stream(buf.device).synchronize()
-    try:
-        _abi.ioctl(fd, _abi.IOC_LOAD, req)
-    except OSError as e:
-        raise _load_error(path, e) from None
-    if req.bytes != header.data_len:
-        raise McfsError(errno.EIO, "mcfs: loading %s: %d of %d bytes copied"
-                        % (path, req.bytes, header.data_len))
-    return req
+    # One-shot (MCFS_LOAD_F_CLOSE): the daemon keeps no mapping of this buffer.
+    IoctlTransport(torch, fd, path).fill(buf, [(header.data_offset, header.data_len, 0)], True)

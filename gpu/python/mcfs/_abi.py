@@ -103,6 +103,27 @@ def ioctl(fd, cmd, struct):
     return struct
 
 
+def load_request(db, ranges, flags, dst_size):
+    """A LoadReq for the device buffer `db` (a _cuda.DevBuf) of `dst_size` bytes
+    and the (file_off, len, dst_off) `ranges` (at most LOAD_MAX_RANGES)."""
+    if not 0 < len(ranges) <= LOAD_MAX_RANGES:
+        raise ValueError("%d ranges in one load (1 to %d)" % (len(ranges), LOAD_MAX_RANGES))
+    req = LoadReq()
+    req.abi_version = ABI
+    req.flags = flags
+    req.ipc_handle[:] = db.handle
+    req.device_uuid[:] = db.uuid
+    req.device = db.device
+    req.nranges = len(ranges)
+    for i, (file_off, n, dst_off) in enumerate(ranges):
+        req.ranges[i].file_off = file_off
+        req.ranges[i].len = n
+        req.ranges[i].dst_off = dst_off
+    req.dst_offset = db.offset
+    req.dst_size = dst_size
+    return req
+
+
 def info(fd):
     """MCFS_IOC_INFO on an open fd; raises OSError (ENOTTY when not mcfs)."""
     i = Info()

@@ -1,0 +1,299 @@
+#!/usr/bin/env python3
+"""Reads of a file held by mcfs, through the mount, beside the same reads of a
+local file in page cache, in one run (issue 14). One table per run.
+
+    tests/bench/bench_mount.py                      # 2 GiB model, RUNS=3
+    MODEL_MIB=8192 RUNS=5 tests/bench/bench_mount.py
+
+Environment (all optional): MODEL_MIB (2048), RUNS (3: each figure is the
+median), MCFS_BIN, DATA (a directory for the model and the cache directories;
+default a new one under /var/tmp, removed at the end unless KEEP=1).
+
+Columns: "local" reads the store's own file (a plain local file) from page
+cache; "passthrough" reads it through an mcfs mount (posix store, cache_dir)
+after one cold read made it complete, so every open after it is passthrough;
+"cached" is the same with passthrough=off, the file in the RAM tier and the
+mount's page cache. Every column is warm: read once before it is timed.
+
+Rows: dd to /dev/null with bs=1M and bs=8M, one reader; dd bs=1M, 4 readers
+on the 4 quarters at once; a vLLM-style loop (safe_open, get_tensor of each
+tensor: CPU tensors, numpy, or torch when it is installed); and
+safetensors' load_file. The safetensors rows are skipped, saying so, where the
+package is missing (the model is then a plain file of random bytes).
+
+Memory: after the reads, the RAM tier's bytes in use plus the page cache of
+the file's copies (fincore: the backing file; without passthrough the mount's
+own pages), beside the file's size: 1.0x means the model is held in RAM once.
+The growth of /proc/meminfo's Cached since the mount (caches dropped before
+it) is shown beside: the store is read and the disk tier written with
+O_DIRECT, so on a quiet machine that growth is the mount's copies.
+
+Needs root (FUSE mounts, and passthrough's CAP_SYS_ADMIN). Unmounts on exit.
+"""
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+MCFS = os.environ.get("MCFS_BIN", os.path.join(ROOT, "build", "fs", "mcfs"))
+MiB = 1 << 20
+RUNS = int(os.environ.get("RUNS", "3"))
+MODEL_MIB = int(os.environ.get("MODEL_MIB", "2048"))
+
+try:
+    import numpy as np
+except ImportError:
+    np = None
+try:
+    import safetensors
+    from safetensors.numpy import save_file
+except ImportError:
+    safetensors = None
+try:
+    import torch
+except ImportError:
+    torch = None
+
+
+def make_model(path, size):
+    """A safetensors file of about `size` bytes (64 MiB float16 tensors), or
+    random bytes when safetensors or numpy is missing."""
+    if safetensors and np is not None:
+        rng = np.random.default_rng(14)
+        n = max(1, size // (64 * MiB))
+        tensors = {"layer.%d.weight" % i: rng.integers(0, 65535, (4096, 8192), dtype=np.uint16)
+                   .view(np.float16) for i in range(n)}
+        save_file(tensors, path)
+        return
+    with open(path, "wb") as f:
+        left = size
+        while left:
+            n = min(left, 64 * MiB)
+            f.write(os.urandom(n))
+            left -= n
+
+
+def run(cmd, **kw):
+    return subprocess.run(cmd, check=True, capture_output=True, text=True, **kw)
+
+
+class Mount:
+    def __init__(self, src, mnt, cache, opts):
+        os.makedirs(mnt, exist_ok=True)
+        self.mnt = mnt
+        self.cache = cache
+        self.log = open(os.path.join(os.path.dirname(mnt), os.path.basename(mnt) + ".log"), "w")
+        self.proc = subprocess.Popen([MCFS, "mount", src, mnt, "-f", "-o",
+                                      ",".join(["cache_dir=" + cache] + opts)],
+                                     stdout=self.log, stderr=self.log)
+        deadline = time.time() + 30
+        while not self.mounted():
+            if self.proc.poll() is not None or time.time() > deadline:
+                raise RuntimeError("mcfs did not mount: " + open(self.log.name).read())
+            time.sleep(0.05)
+
+    def mounted(self):
+        with open("/proc/mounts") as f:
+            return any(ln.split()[1] == self.mnt for ln in f)
+
+    def stats(self):
+        raw = os.getxattr(self.mnt, "user.mcfs.stats").decode()
+        return dict((k, int(v)) for k, v in (ln.split() for ln in raw.splitlines()))
+
+    def settle(self):
+        for _ in range(1200):
+            s = self.stats()
+            if s["disk_queued"] == 0 and s["inflight"] == 0:
+                return
+            time.sleep(0.05)
+
+    def close(self):
+        subprocess.run(["fusermount3", "-u", self.mnt], capture_output=True)
+        try:
+            self.proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        self.log.close()
+
+
+def timed(fn):
+    t = time.perf_counter()
+    fn()
+    return time.perf_counter() - t
+
+
+def dd(path, bs, skip=0, count=None):
+    cmd = ["dd", "if=" + path, "of=/dev/null", "bs=%d" % bs, "status=none"]
+    if skip:
+        cmd.append("skip=%d" % skip)
+    if count is not None:
+        cmd.append("count=%d" % count)
+    return subprocess.Popen(cmd)
+
+
+def dd_one(path, bs):
+    return lambda: dd(path, bs).wait()
+
+
+def dd_four(path, size):
+    quarter = (size + 4 * MiB - 1) // (4 * MiB)   # in 1 MiB blocks
+
+    def go():
+        ps = [dd(path, MiB, skip=i * quarter, count=quarter) for i in range(4)]
+        for p in ps:
+            p.wait()
+    return go
+
+
+def st_loop(path):
+    def go():
+        fw = "pt" if torch else "np"
+        with safetensors.safe_open(path, framework=fw) as f:
+            for k in f.keys():
+                f.get_tensor(k)
+    return go
+
+
+def st_load(path):
+    def go():
+        if torch:
+            from safetensors.torch import load_file
+        else:
+            from safetensors.numpy import load_file
+        load_file(path)
+    return go
+
+
+def rows(size):
+    out = [("dd bs=1M, 1 reader", lambda p: dd_one(p, MiB)),
+           ("dd bs=8M, 1 reader", lambda p: dd_one(p, 8 * MiB)),
+           ("dd bs=1M, 4 readers on quarters", lambda p: dd_four(p, size))]
+    if safetensors:
+        fw = "torch" if torch else "numpy"
+        out += [("safe_open + get_tensor loop (%s, CPU)" % fw, st_loop),
+                ("safetensors load_file (%s, CPU)" % fw, st_load)]
+    return out
+
+
+def measure(fn, size):
+    fn()   # warm: the page cache (or the backing file's) holds it now
+    secs = [timed(fn) for _ in range(RUNS)]
+    return size / statistics.median(secs) / 1e9
+
+
+def cached_bytes(path):
+    """Page-cache bytes of `path` (fincore), or None without fincore."""
+    if not shutil.which("fincore"):
+        return None
+    r = subprocess.run(["fincore", "-b", "-n", "-o", "RES", path], capture_output=True, text=True)
+    return int(r.stdout.split()[0]) if r.returncode == 0 and r.stdout.split() else None
+
+
+def backing_files(cache):
+    out = []
+    for d in os.listdir(cache):
+        fd = os.path.join(cache, d, "files")
+        if os.path.isdir(fd):
+            out += [os.path.join(fd, n) for n in os.listdir(fd)]
+    return out
+
+
+def meminfo_cached():
+    with open("/proc/meminfo") as f:
+        for ln in f:
+            if ln.startswith("Cached:"):
+                return int(ln.split()[1]) * 1024
+    return 0
+
+
+def drop_caches():
+    os.sync()
+    with open("/proc/sys/vm/drop_caches", "w") as f:
+        f.write("3\n")
+
+
+def held(m, cached0, mpath, passthrough, size):
+    """RAM tier in use + the page cache of the file's copies: the backing file's
+    (fincore), and without passthrough the mount's own pages (fincore through the
+    mount; with passthrough an mmap of the mount maps the backing file, so it is not
+    counted twice). The growth of /proc/meminfo's Cached since the mount is shown
+    too: it also catches the mount's pages under passthrough, but counts every
+    other process's page cache as well (noisy on a shared machine)."""
+    ram = m.stats()["ram_bytes_used"]
+    pc_backing = sum(cached_bytes(p) or 0 for p in backing_files(m.cache))
+    pc_mount = 0 if passthrough else (cached_bytes(mpath) or 0)
+    grown = meminfo_cached() - cached0
+    return ("RAM tier %.2f GB + page cache %.2f GB (backing file %.2f, mount %.2f) = %.2fx the "
+            "file; Cached grew %.2f GB since the mount"
+            % (ram / 1e9, (pc_backing + pc_mount) / 1e9, pc_backing / 1e9, pc_mount / 1e9,
+               (ram + pc_backing + pc_mount) / size, grown / 1e9))
+
+
+def main():
+    if os.geteuid() != 0:
+        sys.exit("bench_mount.py needs root (FUSE mounts, passthrough)")
+    data = os.environ.get("DATA") or tempfile.mkdtemp(prefix="mcfs-bench-mount-", dir="/var/tmp")
+    src = os.path.join(data, "src")
+    os.makedirs(src, exist_ok=True)
+    model = os.path.join(src, "model.safetensors")
+    if not os.path.exists(model):
+        make_model(model, MODEL_MIB * MiB)
+    size = os.path.getsize(model)
+    ram = "%dM" % (size // MiB + 512)
+    table = {}
+    notes = []
+    mounts = []
+    try:
+        for label, extra in (("passthrough", []), ("cached", ["passthrough=off"])):
+            cache = os.path.join(data, "cache-" + label)
+            shutil.rmtree(cache, ignore_errors=True)
+            drop_caches()
+            cached0 = meminfo_cached()
+            m = Mount(src, os.path.join(data, "mnt-" + label), cache,
+                      ["ram_cache=" + ram, "keep_cache=true"] + extra)
+            mounts.append(m)
+            mpath = os.path.join(m.mnt, "model.safetensors")
+            dd(mpath, 8 * MiB).wait()  # cold: through the cache, completes the file
+            m.settle()
+            for name, mk in rows(size):
+                table.setdefault(name, {})[label] = measure(mk(mpath), size)
+            s = m.stats()
+            notes.append("%s: %s; passthrough_opens %d, backing_builds %d, fuse_reads %d"
+                         % (label, held(m, cached0, mpath, label == "passthrough", size), s["passthrough_opens"],
+                            s["backing_builds"], s["fuse_reads"]))
+            m.close()
+            mounts.remove(m)
+        for name, mk in rows(size):
+            table[name]["local"] = measure(mk(model), size)
+    finally:
+        for m in mounts:
+            m.close()
+        if not os.environ.get("KEEP") and not os.environ.get("DATA"):
+            shutil.rmtree(data, ignore_errors=True)
+
+    print("mcfs mount vs local page cache: %.2f GB file, %d cores, median of %d, GB/s"
+          % (size / 1e9, os.cpu_count(), RUNS))
+    if not safetensors:
+        print("(safetensors rows skipped: the safetensors package is not installed)")
+    elif not torch:
+        print("(torch is not installed: the safetensors rows load numpy arrays on the CPU)")
+    print("| read | local page cache | mcfs passthrough | ratio | mcfs passthrough=off | ratio |")
+    print("|---|---|---|---|---|---|")
+    for name, v in table.items():
+        print("| %s | %.2f | %.2f | %.2f | %.2f | %.2f |"
+              % (name, v["local"], v["passthrough"], v["passthrough"] / v["local"],
+                 v["cached"], v["cached"] / v["local"]))
+    for n in notes:
+        print("- " + n)
+    print(json.dumps({"size": size, "runs": RUNS, "table": table}))
+
+
+if __name__ == "__main__":
+    main()
