@@ -13,6 +13,14 @@
  * fetch thread queues the write (cache_shared_put()); writer threads PUT it,
  * first asking with a HEAD whether a racing node wrote it already.
  *
+ * The write queue is bounded (each job pins a RAM slot) and a full one drops
+ * the write, but for a block this node holds the lease of: other nodes wait
+ * for that one, and dropping it would send each of them to the store, so
+ * the fetch thread (its readers already answered) waits up to shared_timeout
+ * for room, and gives the lease back if it must drop it after all. On a
+ * cluster whose shared cache takes writes slower than the store gives
+ * blocks, that wait is what keeps the store's traffic near one copy.
+ *
  * Why leases: N nodes that load one model at once miss every block together;
  * without them each fetches every block from the store, N times the model.
  * The cluster's object store is the only shared thing we may use, and Swift's
@@ -31,8 +39,8 @@
  * flight when it went down change nothing: only a probe brings it back, so a
  * slow service does not flap.
  *
- * Refuses: to serve bytes it could not verify; to hold a read for a write
- * (a full queue drops the write); to log credentials.
+ * Refuses: to serve bytes it could not verify; to hold a reader for a
+ * write; to log credentials.
  */
 #define _GNU_SOURCE
 #include "shared.h"
@@ -97,6 +105,7 @@ struct cache_shared {
 	void *ctx;
 	struct health rd, wr;
 	atomic_uint settle_us; /* twice a small request's recent latency */
+	atomic_uint waited_ms; /* how long waits for other nodes' blocks took lately */
 
 	pthread_mutex_t lock;	  /* guards the queue, closing and state changes */
 	pthread_cond_t work;	  /* the queue got a job, or closing */
@@ -383,16 +392,24 @@ static int claim(struct cache_shared *sh, const char *lkey)
  * polls it looks at the lease: one given back (its node could not write the
  * block) or expired is claimed again, so that one waiter, not all, goes to
  * the store.
+ *
+ * Polls cost the shared service a request each, and every waiting fetch
+ * thread of every node polls: measured with 4 nodes on 2 cores
+ * (tests/bench/bench_shared.py), they were most of Swift's work. So the
+ * first look comes after half the time recent waits took, and the next ones
+ * twice as far apart each, up to POLL_MAX_MS: about two looks per wait.
  */
 static enum cache_shared_got await_block(struct cache_shared *sh, const char *key, const char *lkey,
 					 const struct cache_shared_block *blk, void *buf)
 {
 	unsigned long long deadline = mcfs_now_ns() + (unsigned long long)(sh->wait_s * 1e9);
-	unsigned ms = POLL_FIRST_MS, polls = 0;
+	unsigned long long t0 = mcfs_now_ns();
+	unsigned ms, polls = 0, avg = atomic_load_explicit(&sh->waited_ms, memory_order_relaxed);
 	enum cache_shared_got got;
 	bool mine, held;
 	enum ticket t;
 
+	ms = MCFS_MAX(POLL_FIRST_MS, MCFS_MIN(avg / 2, POLL_MAX_MS));
 	for (;;) {
 		if (pause_ms(sh, ms))
 			return CACHE_SHARED_MISS; /* stopping: the store, without waiting */
@@ -400,8 +417,13 @@ static enum cache_shared_got await_block(struct cache_shared *sh, const char *ke
 		if (t == T_NONE)
 			return CACHE_SHARED_SKIP;
 		got = get_block(sh, t, key, blk, buf);
-		if (got == CACHE_SHARED_HIT)
+		if (got == CACHE_SHARED_HIT) {
 			count(&sh->waits, 1);
+			atomic_store_explicit(
+			    &sh->waited_ms,
+			    (avg * 3 + (unsigned)((mcfs_now_ns() - t0) / 1000000)) / 4,
+			    memory_order_relaxed);
+		}
 		if (got != CACHE_SHARED_MISS)
 			return got;
 		if (mcfs_now_ns() >= deadline) {
@@ -664,6 +686,7 @@ int cache_shared_open(const struct cfg *cfg, const char *store, uint64_t bs, uns
 	sh->rd.what = "reads";
 	sh->wr.what = "writes";
 	atomic_store(&sh->settle_us, 2 * SETTLE_MIN_US);
+	atomic_store(&sh->waited_ms, 2 * POLL_FIRST_MS);
 	make_node_id(sh->node, sizeof(sh->node));
 	pthread_mutex_init(&sh->lock, NULL);
 	pthread_cond_init(&sh->work, NULL);
