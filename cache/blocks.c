@@ -363,7 +363,6 @@ void *cache_fetch_thread(void *arg)
 		rc = fetch(c, b, &bytes, &from_tier);
 
 		pthread_mutex_lock(&c->lock);
-		c->inflight--;
 		if (!from_tier) { /* fetches count store reads only */
 			c->st.fetches++;
 			note_latency(c, (double)(mcfs_now_ns() - t0) / 1e9);
@@ -399,6 +398,9 @@ void *cache_fetch_thread(void *arg)
 			cache_tier_behind(c, b); /* tiers.c; takes the extra reference */
 			pthread_mutex_lock(&c->lock);
 		}
+		/* In flight until its write-behind is queued: "no fetch in flight and
+		 * nothing queued" then means every block is written or on its way. */
+		c->inflight--;
 	}
 	pthread_mutex_unlock(&c->lock);
 	return NULL;
