@@ -16,6 +16,11 @@ small machine.
 
     sudo python3 tests/bench/bench_shared.py                    # 4 GiB, N = 1, 2, 4, 8
     sudo python3 tests/bench/bench_shared.py --size 1G --nodes 1,2
+    sudo python3 tests/bench/bench_shared.py --shared-timeout 30   # a CPU-starved Swift
+
+On a 2-CPU machine Swift answers some requests slower than the default 2 s
+shared_timeout once 4 or more nodes load at once: those nodes then count the
+cache as down and read from the origin (docs/benchmarks.md has both runs).
 
 Needs root (namespaces, FUSE), iproute2, nsenter, nginx, Swift and a built mcfs
 (MCFS_BIN or build/fs/mcfs). The daemons enter only the namespace's network
