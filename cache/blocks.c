@@ -16,9 +16,10 @@
  * yet, or the prefetch budget is spent, it answers -EAGAIN and the stream
  * asks again later. Demand reads always go first.
  *
- * Disk tier (tiers.c, when cache_dir is set): a fetch thread asks it before
- * the store; a whole block fresh from the store is queued for write-behind,
- * the writer holding one reference until it is on disk.
+ * Disk and shared tiers (tiers.c, when cache_dir or shared_cache is set): a
+ * fetch thread asks them before the store; a whole block is queued for
+ * write-behind to those that lack it, each writer holding one reference
+ * until it is written.
  *
  * Memory: the slots are one anonymous mapping (huge pages advised), touched
  * on first use, so that the GPU module can register it once as pinned memory.
@@ -313,12 +314,12 @@ static int fetch_range(struct cache *c, struct cache_block *b, uint32_t lo, uint
 }
 
 /*
- * Runs one job: the whole block from the disk tier if it holds it
- * (*from_disk), else the pages of [vlo, vhi) the block lacks from the store,
+ * Runs one job: the whole block from the disk or shared tier if one holds it
+ * (*from_tier), else the pages of [vlo, vhi) the block lacks from the store,
  * one request per run of missing pages. *bytes: bytes fetched from the store.
  * No lock held: while the job runs, nobody else changes b's bitmap.
  */
-static int fetch(struct cache *c, struct cache_block *b, uint64_t *bytes, bool *from_disk)
+static int fetch(struct cache *c, struct cache_block *b, uint64_t *bytes, bool *from_tier)
 {
 	uint32_t p, end = (b->vhi + PAGE_SZ - 1) >> CACHE_PAGE_SHIFT, run;
 	uint32_t len;
@@ -326,8 +327,8 @@ static int fetch(struct cache *c, struct cache_block *b, uint64_t *bytes, bool *
 
 	MCFS_ASSERT_NOT_HELD(&c->lock);
 	*bytes = 0;
-	*from_disk = !b->extending && cache_tier_fill(c, b, &len); /* tiers.c */
-	if (*from_disk)
+	*from_tier = !b->extending && cache_tier_fill(c, b, &len); /* tiers.c */
+	if (*from_tier)
 		return 0;
 	for (p = b->vlo >> CACHE_PAGE_SHIFT; p < end; p = run) {
 		if (page_held(b, p)) {
@@ -365,7 +366,7 @@ void *cache_fetch_thread(void *arg)
 	struct cache_block *b;
 	unsigned long long t0;
 	uint64_t bytes;
-	bool from_disk, behind;
+	bool from_tier, behind;
 	int rc;
 
 	pthread_setname_np(pthread_self(), "mcfs-fetch");
@@ -383,11 +384,10 @@ void *cache_fetch_thread(void *arg)
 		pthread_mutex_unlock(&c->lock);
 
 		t0 = mcfs_now_ns();
-		rc = fetch(c, b, &bytes, &from_disk);
+		rc = fetch(c, b, &bytes, &from_tier);
 
 		pthread_mutex_lock(&c->lock);
-		c->inflight--;
-		if (!from_disk) { /* fetches count store reads only */
+		if (!from_tier) { /* fetches count store reads only */
 			c->st.fetches++;
 			note_latency(c, (double)(mcfs_now_ns() - t0) / 1e9);
 		}
@@ -396,12 +396,12 @@ void *cache_fetch_thread(void *arg)
 			end_extension(c, b, rc, bytes);
 		} else if (rc == 0) {
 			b->state = SLOT_READY;
-			pages_set(b, from_disk ? 0 : b->vlo, from_disk ? b->len : b->vhi);
+			pages_set(b, from_tier ? 0 : b->vlo, from_tier ? b->len : b->vhi);
 			c->st.fetched_bytes += bytes;
-			/* Write-behind of a whole block fresh from the store: the writer
-			 * holds a reference (the slot's bytes stay put) until
-			 * cache_disk_done(). */
-			behind = !from_disk && cache_tier_wants(c, b);
+			/* Write-behind of a whole block to the tiers that lack it
+			 * (b->fill says where it came from): the writers hold a
+			 * reference (the slot's bytes stay put) until cache_disk_done(). */
+			behind = cache_tier_wants(c, b);
 			if (behind)
 				b->refs++;
 		} else {
@@ -422,6 +422,9 @@ void *cache_fetch_thread(void *arg)
 			cache_tier_behind(c, b); /* tiers.c; takes the extra reference */
 			pthread_mutex_lock(&c->lock);
 		}
+		/* In flight until its write-behind is queued: "no fetch in flight and
+		 * nothing queued" then means every block is written or on its way. */
+		c->inflight--;
 	}
 	pthread_mutex_unlock(&c->lock);
 	return NULL;

@@ -221,6 +221,14 @@ int cache_new(const struct cfg *cfg, struct cache **out)
 		rc = init_tables(c);
 	if (rc == 0)
 		cache_tiers_open(c); /* cache_dir: disk tier and metadata, or RAM only */
+	if (rc == 0) {
+		/* shared_cache: refused credentials or no bucket fail the mount (logged) */
+		rc = cache_tier_shared_open(c);
+		if (rc < 0) {
+			cache_free(c);
+			return rc;
+		}
+	}
 	if (rc == 0)
 		rc = start_threads(c);
 	if (rc == 0)
@@ -246,6 +254,7 @@ void cache_free(struct cache *c)
 	atomic_store(&c->prefault_stop, true);
 	if (c->prefault_started)
 		pthread_join(c->prefault, NULL);
+	cache_tier_shared_stop(c); /* a fetch thread waiting on another node's block */
 	pthread_mutex_lock(&c->lock);
 	c->stopping = true;
 	pthread_cond_broadcast(&c->work);

@@ -40,6 +40,8 @@
  *   Leaves, each taken with none of 1-3 held, and never across I/O:
  *   - disk->lock (disk_int.h): the disk tier's index, LRU, write queue and
  *     counters; dropped around io_uring I/O, LMDB and the done callback.
+ *   - shared->lock (shared.c): the shared tier's write queue and up/down
+ *     changes; dropped around its requests and the done callback.
  *   - backing->lock (backing.c): the backing files' list, pins and counters;
  *     opens that wait for a build sleep on its condition, the build itself
  *     runs with no lock held.

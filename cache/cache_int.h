@@ -19,6 +19,7 @@
 #include "mcfs_lock.h"
 #include "meta.h"
 #include "remote.h"
+#include "shared.h"
 
 enum slot_state {
 	SLOT_FREE,    /* on the free list, in no hash chain */
@@ -45,8 +46,12 @@ struct cache_block {
 	bool prefetched; /* fetched by readahead, not read yet: counts in prefetch_bytes */
 	bool queued;	 /* on the job queue, not yet taken by a fetch thread */
 	bool warm;	 /* a warm-up fetch: counts in cache->warm_jobs while LOADING */
-	struct cache_ra_tally *tally;	 /* while prefetched: the tally of the stream that
-					    asked for it (a reference), or NULL */
+	struct cache_ra_tally *tally; /* while prefetched: the tally of the stream that
+					 asked for it (a reference), or NULL */
+	/* Where the last job's bytes came from (enum cache_fill), so that
+	 * write-behind knows which tiers lack the block. Written by the fetch
+	 * thread that holds the job, read by it after. */
+	unsigned char fill;
 	struct cache_block *hnext;	 /* hash chain */
 	struct cache_block *prev, *next; /* LRU list (READY, refs 0), free list or job queue */
 };
@@ -130,6 +135,9 @@ struct cache {
 	struct cache_meta *meta;
 	struct cache_disk *disk;
 	int lockfd; /* flock'd CACHE_DIR/lock: one daemon per cache_dir; -1 if none */
+	/* The shared tier (cfg->shared_cache), or NULL: set up in cache_new(),
+	 * fixed afterwards; it has its own lock. */
+	struct cache_shared *shared;
 	/* Why disk is NULL (enum cache_disk_off) and the errno behind it, or 0:
 	 * set with it, fixed afterwards. */
 	int disk_off, disk_off_errno;
@@ -149,6 +157,16 @@ static inline uint32_t cache_file_block_len(const struct cache *c, const struct 
 	return (uint32_t)MCFS_MIN(c->bs, f->size - (index << c->bs_shift));
 }
 
+/* Where a block's bytes came from, and what the shared tier said (cache_block.fill). */
+enum cache_fill {
+	CACHE_FILL_STORE,	/* the store; the shared tier was not asked (off, down, partial) */
+	CACHE_FILL_DISK,	/* the disk tier */
+	CACHE_FILL_SHARED,	/* the shared tier */
+	CACHE_FILL_STORE_MISS,	/* the store, after a shared miss: write it there (HEAD first) */
+	CACHE_FILL_STORE_OWNED, /* the store, holding the block's lease: write it there */
+	CACHE_FILL_STORE_BAD,	/* the store; the shared copy was corrupt: write it over */
+};
+
 /* blocks.c: list helpers and the fetch thread, used by cache.c's setup. */
 void cache_lists_init(struct cache *c);
 void cache_list_push_back(struct slot_list *l, struct cache_block *b);
@@ -165,14 +183,23 @@ void *cache_fetch_thread(void *arg);
 MCFS_MUST_CHECK int cache_store_dir_name(const struct cfg *cfg, const char *kind, char *out,
 					 size_t outlen);
 void cache_tiers_open(struct cache *c);	 /* can't fail: RAM only, with a warning */
-void cache_tiers_close(struct cache *c); /* after the fetch threads stopped */
-/* Fills b's slot with its whole block from the disk tier (verified). No lock held. */
+void cache_tiers_close(struct cache *c); /* after the fetch threads stopped; shared, then disk */
+/* Opens the shared tier (cfg->shared_cache): 0, or -errno that fails the mount. */
+MCFS_MUST_CHECK int cache_tier_shared_open(struct cache *c);
+/* Ends the shared tier's waits for other nodes (before the fetch threads are joined). */
+void cache_tier_shared_stop(struct cache *c);
+/*
+ * Fills b's slot with its whole block from the disk tier, else (for a job
+ * that wants the whole block) from the shared tier, verified; sets b->fill
+ * either way. Returns true if filled. No lock held.
+ */
 bool cache_tier_fill(struct cache *c, struct cache_block *b, uint32_t *len);
-/* True if b (fresh from the store) should be written behind: a whole block. Lock held. */
+/* True if b, just filled (b->fill), should be written behind to a tier that
+ * lacks it: a whole block. Lock held. */
 bool cache_tier_wants(const struct cache *c, const struct cache_block *b);
 /* Queues b's write-behind; takes over one reference of b. No lock held. */
 void cache_tier_behind(struct cache *c, struct cache_block *b);
-/* The disk writer's done callback: drops the reference write-behind held. */
+/* The disk and shared writers' done callback: drops the reference write-behind held. */
 void cache_disk_done(void *ctx, void *arg);
 /* Disk-tier bytes of f's blocks that in_ram[] says RAM lacks. No lock held. */
 uint64_t cache_tier_file_bytes(struct cache *c, struct cache_file *f, const bool *in_ram);

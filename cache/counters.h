@@ -55,6 +55,7 @@ enum cache_counter_type {
 
 #define CACHE_TIER_RAM "tier=\"ram\""
 #define CACHE_TIER_DISK "tier=\"disk\""
+#define CACHE_TIER_SHARED "tier=\"shared\""
 
 /* clang-format off */
 #define CACHE_COUNTERS(X)                                                                          \
@@ -177,7 +178,35 @@ enum cache_counter_type {
 	  "each).")                                                                                \
 	X(CACHE, offline_opens, "offline_opens", COUNTER, "offline_opens_total", NULL,             \
 	  "Opens the store did not answer, served offline with the version recorded in "           \
-	  "cache_dir, unconfirmed.")
+	  "cache_dir, unconfirmed.")                                                                      \
+	X(CACHE, shared_state, "shared_state", GAUGE, "shared_cache_state", NULL,                  \
+	  "The shared cache tier: 0 off, 1 up, 2 down (reads go to the store), 3 up but "          \
+	  "refusing writes.")                                                                      \
+	X(CACHE, shared_hits, "shared_hits", COUNTER, "cache_hits_total", CACHE_TIER_SHARED,       \
+	  "Block gets answered from a cache tier.")                                                \
+	X(CACHE, shared_misses, "shared_misses", COUNTER, "cache_misses_total", CACHE_TIER_SHARED, \
+	  "Block gets a cache tier did not hold (the disk tier's went to the store).")             \
+	X(CACHE, shared_read_bytes, "shared_read_bytes", COUNTER, "shared_read_bytes_total", NULL, \
+	  "Bytes of verified blocks read from the shared cache.")                                  \
+	X(CACHE, shared_waits, "shared_waits", COUNTER, "shared_waits_total", NULL,                \
+	  "Shared hits that waited for another node's fetch of the block (its lease).")            \
+	X(CACHE, shared_wait_timeouts, "shared_wait_timeouts", COUNTER,                            \
+	  "shared_wait_timeouts_total", NULL,                                                      \
+	  "Waits for another node's fetch that gave up after shared_wait (fetched here).")         \
+	X(CACHE, shared_puts, "shared_puts", COUNTER, "shared_puts_total", NULL,                   \
+	  "Blocks written to the shared cache.")                                                   \
+	X(CACHE, shared_put_bytes, "shared_put_bytes", COUNTER, "shared_put_bytes_total", NULL,    \
+	  "Bytes of blocks written to the shared cache (trailers not counted).")                   \
+	X(CACHE, shared_put_skips, "shared_put_skips", COUNTER, "shared_put_skips_total", NULL,    \
+	  "Blocks not written because the shared cache held them already.")                        \
+	X(CACHE, shared_put_drops, "shared_put_drops", COUNTER, "shared_put_drops_total", NULL,    \
+	  "Blocks not written: the queue was full, the tier down or refusing, or the PUT failed.") \
+	X(CACHE, shared_corrupt, "shared_corrupt", COUNTER, "shared_corrupt_total", NULL,          \
+	  "Shared objects refused (wrong size or checksum): fetched from the store, written over.")\
+	X(CACHE, shared_errors, "shared_errors", COUNTER, "shared_errors_total", NULL,             \
+	  "Shared cache requests that failed (no answer, a timeout, a 5xx, a refusal).")           \
+	X(CACHE, shared_queued, "shared_queued", GAUGE, "shared_put_queue", NULL,                  \
+	  "Writes to the shared cache queued or in flight.")
 /* clang-format on */
 
 /* Why there is no disk tier (disk_off_reason); cache_disk_off_text() words it. */

@@ -7,6 +7,11 @@
  * Kept apart from blocks.c so that the RAM tier's logic reads without the
  * disk's, and so the hooks there are one line each.
  *
+ * The shared tier (shared.c, -o shared_cache) sits after the disk: a whole
+ * block the disk lacks is asked there before the store, and a block that
+ * came from the store is written behind to both (a block from the shared
+ * tier to the disk only). Each write holds its own reference of the block.
+ *
  * Each store gets its own directory under cache_dir, named after the store
  * (cache_store_dir_name()): LMDB keys and block keys are paths inside the store,
  * so two stores sharing one directory would serve each other's attributes,
@@ -222,6 +227,10 @@ void cache_tiers_open(struct cache *c)
 
 void cache_tiers_close(struct cache *c)
 {
+#ifdef MCFS_HAVE_NET
+	cache_shared_close(c->shared); /* writes (or drops) its queue: calls cache_disk_done() */
+#endif
+	c->shared = NULL;
 	cache_backing_close(c);
 	cache_disk_close(c->disk); /* drains write-behind: calls cache_disk_done() */
 	c->disk = NULL;
@@ -232,35 +241,155 @@ void cache_tiers_close(struct cache *c)
 	c->lockfd = -1;
 }
 
+int cache_tier_shared_open(struct cache *c)
+{
+	char store[128];
+	unsigned qmax;
+	int rc;
+
+	if (!c->cfg->shared_cache[0])
+		return 0;
+#ifdef MCFS_HAVE_NET
+	rc = cache_store_dir_name(c->cfg, remote_kind(c->remote), store, sizeof(store));
+	if (rc < 0) {
+		MCFS_ERR("shared_cache: the store's name is too long to name its blocks");
+		return rc;
+	}
+	/* Each queued write pins a RAM slot: at most a quarter of them, as the disk's. */
+	qmax = (unsigned)MCFS_MAX(1, MCFS_MIN(c->cfg->shared_queue, c->nslots / 4));
+	return cache_shared_open(c->cfg, store, c->bs, qmax, cache_disk_done, c, &c->shared);
+#else
+	(void)store;
+	(void)qmax;
+	(void)rc;
+	MCFS_ERR("shared_cache %s: this mcfs is built without the network stores (MCFS_NO_NET)",
+		 c->cfg->shared_cache);
+	return -EPROTONOSUPPORT;
+#endif
+}
+
+void cache_tier_shared_stop(struct cache *c)
+{
+#ifdef MCFS_HAVE_NET
+	cache_shared_stop(c->shared);
+#else
+	(void)c;
+#endif
+}
+
+/* What the shared tier calls block b. */
+static void describe(const struct cache *c, const struct cache_block *b,
+		     struct cache_shared_block *out)
+{
+	out->path = b->file->path;
+	out->version = b->file->version;
+	out->size = b->file->size;
+	out->index = b->index;
+	out->len = cache_file_block_len(c, b->file, b->index);
+}
+
+/* Asks the shared tier for b's whole block; sets b->fill. */
+static bool shared_fill(struct cache *c, struct cache_block *b, uint32_t *len)
+{
+#ifdef MCFS_HAVE_NET
+	struct cache_shared_block blk;
+
+	describe(c, b, &blk);
+	switch (cache_shared_get(c->shared, &blk, b->data)) {
+	case CACHE_SHARED_HIT:
+		b->fill = CACHE_FILL_SHARED;
+		*len = blk.len;
+		return true;
+	case CACHE_SHARED_MISS:
+		b->fill = CACHE_FILL_STORE_MISS;
+		break;
+	case CACHE_SHARED_OWNED:
+		b->fill = CACHE_FILL_STORE_OWNED;
+		break;
+	case CACHE_SHARED_BAD:
+		b->fill = CACHE_FILL_STORE_BAD;
+		break;
+	case CACHE_SHARED_SKIP:
+		break;
+	}
+#else
+	(void)c;
+	(void)b;
+	(void)len;
+#endif
+	return false;
+}
+
 bool cache_tier_fill(struct cache *c, struct cache_block *b, uint32_t *len)
 {
+	uint32_t whole = cache_file_block_len(c, b->file, b->index);
 	struct cache_meta_key key;
 	uint32_t n;
 
 	MCFS_ASSERT_NOT_HELD(&c->lock);
-	if (!c->disk)
-		return false;
-	cache_meta_block_key(b->file->path, b->file->version, b->index, &key);
-	/* A miss, a bad checksum (dropped there, logged) or a length that is not
-	 * this version's all go to the store. */
-	if (cache_disk_read(c->disk, &key, b->data, c->bs, &n) < 0 ||
-	    n != cache_file_block_len(c, b->file, b->index))
-		return false;
-	*len = n;
-	return true;
+	b->fill = CACHE_FILL_STORE;
+	if (c->disk) {
+		cache_meta_block_key(b->file->path, b->file->version, b->index, &key);
+		/* A miss, a bad checksum (dropped there, logged) or a length that is
+		 * not this version's all go on to the next tier. */
+		if (cache_disk_read(c->disk, &key, b->data, c->bs, &n) == 0 && n == whole) {
+			b->fill = CACHE_FILL_DISK;
+			*len = n;
+			return true;
+		}
+	}
+	/* Whole blocks only: a random reader's few pages are not worth a block's
+	 * GET, and only whole blocks are written there. */
+	if (c->shared && b->vlo == 0 && b->vhi == whole)
+		return shared_fill(c, b, len);
+	return false;
+}
+
+/* Does the shared tier lack b, which came from the store after asking it? */
+static bool shared_lacks(const struct cache *c, const struct cache_block *b)
+{
+	return c->shared && (b->fill == CACHE_FILL_STORE_MISS ||
+			     b->fill == CACHE_FILL_STORE_OWNED || b->fill == CACHE_FILL_STORE_BAD);
 }
 
 bool cache_tier_wants(const struct cache *c, const struct cache_block *b)
 {
 	MCFS_ASSERT_HELD(&c->lock);
-	return c->disk && cache_block_full(b);
+	return cache_block_full(b) &&
+	       ((c->disk && b->fill != CACHE_FILL_DISK) || shared_lacks(c, b));
+}
+
+/* Queues b's write to the shared tier; takes over one reference of b. */
+static void shared_behind(struct cache *c, struct cache_block *b)
+{
+#ifdef MCFS_HAVE_NET
+	struct cache_shared_block blk;
+	enum cache_shared_got got = b->fill == CACHE_FILL_STORE_OWNED ? CACHE_SHARED_OWNED
+				    : b->fill == CACHE_FILL_STORE_BAD ? CACHE_SHARED_BAD
+								      : CACHE_SHARED_MISS;
+
+	describe(c, b, &blk);
+	if (cache_shared_put(c->shared, &blk, b->data, got, b) == 0)
+		return;
+#endif
+	cache_block_put(c, b); /* dropped (counted there): no callback will come */
 }
 
 void cache_tier_behind(struct cache *c, struct cache_block *b)
 {
+	bool disk = c->disk && b->fill != CACHE_FILL_DISK, shared = shared_lacks(c, b);
 	struct cache_meta_key key;
 
 	MCFS_ASSERT_NOT_HELD(&c->lock);
+	if (disk && shared) { /* a reference for each writer */
+		pthread_mutex_lock(&c->lock);
+		b->refs++;
+		pthread_mutex_unlock(&c->lock);
+	}
+	if (shared)
+		shared_behind(c, b);
+	if (!disk)
+		return;
 	cache_meta_block_key(b->file->path, b->file->version, b->index, &key);
 	if (cache_disk_write(c->disk, &key, b->data, b->len, b) != 0)
 		cache_block_put(c, b); /* not queued: no callback will come */
@@ -289,6 +418,9 @@ uint64_t cache_tier_file_bytes(struct cache *c, struct cache_file *f, const bool
 void cache_tier_stats(struct cache *c, struct cache_stats *out)
 {
 	MCFS_ASSERT_NOT_HELD(&c->lock);
+#ifdef MCFS_HAVE_NET
+	cache_shared_get_stats(c->shared, out);
+#endif
 	if (!c->disk) {
 		out->disk_state = 0;
 		out->disk_off_reason = (uint64_t)c->disk_off;

@@ -59,6 +59,16 @@ static int check_open_check(const char *v)
 	return strcmp(v, "always") == 0 || strcmp(v, "ttl") == 0 ? 0 : -EINVAL;
 }
 
+/* "" (off) or s3://bucket[/prefix]: the shared block cache's place. */
+static int check_shared_cache(const char *v)
+{
+	if (v[0] == '\0')
+		return 0;
+	if (strncmp(v, "s3://", 5) != 0 || v[5] == '\0' || v[5] == '/')
+		return -EINVAL;
+	return 0;
+}
+
 static int check_disk_cache(const char *v)
 {
 	uint64_t bytes;
@@ -173,6 +183,32 @@ static const struct key keys[] = {
      "a size (e.g. 100G) or a share of the cache filesystem (e.g. 50%)"},
     {"offline", KEY_BOOL, F(offline), 0, 0, NULL,
      "true or false; serve cached metadata when the store is unreachable"},
+    {"shared_cache", KEY_STR, F(shared_cache), 0, 0, check_shared_cache,
+     "s3://bucket[/prefix] of an S3-compatible service the cluster's nodes share: a block "
+     "tier between the local tiers and the store (empty = off)"},
+    {"shared_endpoint", KEY_STR, F(shared_endpoint), 0, 0, NULL,
+     "an http(s) URL of the shared cache's service (empty = AWS_ENDPOINT_URL_S3, "
+     "AWS_ENDPOINT_URL, else AWS)"},
+    {"shared_region", KEY_STR, F(shared_region), 0, 0, NULL,
+     "an S3 region name for the shared cache's signatures"},
+    {"shared_profile", KEY_STR, F(shared_profile), 0, 0, NULL,
+     "a profile in ~/.aws/credentials for the shared cache"},
+    {"shared_access_key", KEY_STR, F(shared_access_key), 0, 0, NULL,
+     "the shared cache's access key id (empty = environment or profile)"},
+    {"shared_secret_key", KEY_STR, F(shared_secret_key), 0, 0, NULL,
+     "the shared cache's secret key"},
+    {"shared_session_token", KEY_STR, F(shared_session_token), 0, 0, NULL,
+     "the shared cache's session token"},
+    {"shared_addressing", KEY_STR, F(shared_addressing), 0, 0, check_addressing, "path or virtual"},
+    {"shared_timeout", KEY_DOUBLE, F(shared_timeout), 0.1, 3600, NULL,
+     "seconds, 0.1 to 3600; a shared cache request that takes longer to connect, to "
+     "answer or to go on is given up, and the cache counts as down (reads go to the store)"},
+    {"shared_queue", KEY_UINT, F(shared_queue), 1, 4096, NULL,
+     "1 to 4096; blocks waiting to be written to the shared cache (more are dropped, "
+     "never waited for; at most a quarter of the RAM tier's slots)"},
+    {"shared_wait", KEY_DOUBLE, F(shared_wait), 0, 3600, NULL,
+     "seconds, 0 to 3600; how long a node waits for a block another node is fetching "
+     "from the store (0 = never: every node that misses fetches it)"},
     {"metrics", KEY_STR, F(metrics), 0, 0, check_hostport,
      "host:port for Prometheus metrics, e.g. 127.0.0.1:9464 (empty = off)"},
     {"log_level", KEY_LEVEL, F(log_level), 0, 0, NULL, "error, warning, info or debug"},
@@ -245,6 +281,16 @@ void cfg_init(struct cfg *c)
 	snprintf(c->symlinks, sizeof(c->symlinks), "contained");	 /* issue 16 */
 	snprintf(c->cache_dir, sizeof(c->cache_dir), "/var/cache/mcfs"); /* issue 5 */
 	snprintf(c->disk_cache, sizeof(c->disk_cache), "50%%");
+	snprintf(c->shared_region, sizeof(c->shared_region), "us-east-1"); /* issue 15 */
+	snprintf(c->shared_addressing, sizeof(c->shared_addressing), "path");
+	/* A shared cache is a LAN away: an answer slower than this one is no win
+	 * over the store, and a read must not wait long on a cache that died. */
+	c->shared_timeout = 2;
+	c->shared_queue = 8;
+	/* Long enough for another node to fetch a block and write it (well under
+	 * a second each on a LAN); short enough that a node that died holding
+	 * the lease costs a reader little. */
+	c->shared_wait = 10;
 	c->log_level = MCFS_LOG_INFO;
 }
 
@@ -454,7 +500,9 @@ int cfg_set(struct cfg *c, const char *key, const char *value, char *err, size_t
 		value = k->type == KEY_BOOL ? "true" : "";
 	if (store(c, k, value) < 0) {
 		/* secrets are named, never echoed */
-		bool secret = strcmp(key, "secret_key") == 0 || strcmp(key, "session_token") == 0;
+		bool secret = strcmp(key, "secret_key") == 0 || strcmp(key, "session_token") == 0 ||
+			      strcmp(key, "shared_secret_key") == 0 ||
+			      strcmp(key, "shared_session_token") == 0;
 
 		snprintf(err, errlen, "bad value for %s: '%s' (allowed: %s)", key,
 			 secret ? "<hidden>" : esc(value, ev, sizeof(ev)), k->allowed);
@@ -707,6 +755,11 @@ int cfg_validate(const struct cfg *c, char *err, size_t errlen)
 		snprintf(err, errlen, "access_key and secret_key must be given together");
 		return -EINVAL;
 	}
+	if ((c->shared_access_key[0] != '\0') != (c->shared_secret_key[0] != '\0')) {
+		snprintf(err, errlen,
+			 "shared_access_key and shared_secret_key must be given together");
+		return -EINVAL;
+	}
 	return 0;
 }
 
@@ -748,17 +801,19 @@ static const char *render(const struct cfg *c, const struct key *k, char *buf, s
 void cfg_print_keys(void *fp)
 {
 	char buf[CFG_STR_MAX];
-	int width = 7; /* "default" */
+	int width = 7, kwidth = 16; /* "default"; the longest key, at least */
 	struct cfg d;
 	size_t i;
 
 	cfg_init(&d);
-	for (i = 0; i < MCFS_ARRAY_SIZE(keys); i++)
+	for (i = 0; i < MCFS_ARRAY_SIZE(keys); i++) {
 		width = MCFS_MAX(width, (int)strlen(render(&d, &keys[i], buf, sizeof(buf))));
+		kwidth = MCFS_MAX(kwidth, (int)strlen(keys[i].name));
+	}
 	fprintf(fp, "Sizes take K, M, G or T: binary units (1M = 1 MiB = 1048576 bytes).\n"
 		    "Times are in seconds.\n\n");
-	fprintf(fp, "  %-16s %-*s %s\n", "key", width, "default", "allowed; what it does");
+	fprintf(fp, "  %-*s %-*s %s\n", kwidth, "key", width, "default", "allowed; what it does");
 	for (i = 0; i < MCFS_ARRAY_SIZE(keys); i++)
-		fprintf(fp, "  %-16s %-*s %s\n", keys[i].name, width,
+		fprintf(fp, "  %-*s %-*s %s\n", kwidth, keys[i].name, width,
 			render(&d, &keys[i], buf, sizeof(buf)), keys[i].allowed);
 }

@@ -21,7 +21,7 @@
 
 #define CFG_STR_MAX 1024
 #define CFG_ERR_MAX 512
-#define CFG_KEYS_MAX 48 /* keys in cfg.c's table, at most (checked there) */
+#define CFG_KEYS_MAX 64 /* keys in cfg.c's table, at most (checked there) */
 #define CFG_RAW_MAX 32	/* bytes kept of the text a value was typed as */
 
 struct cfg {
@@ -78,6 +78,20 @@ struct cfg {
 	char cache_dir[CFG_STR_MAX]; /* default /var/cache/mcfs; empty = no disk tier */
 	char disk_cache[32];	     /* "SIZE" or "N%" of the filesystem */
 	bool offline;		     /* answer metadata from LMDB when the store is down */
+
+	/* Shared block cache (cache/shared.c): a tier on an S3 bucket that the
+	 * nodes of a cluster share, between the local tiers and the store. */
+	char shared_cache[CFG_STR_MAX];	   /* s3://bucket[/prefix]; empty = off */
+	char shared_endpoint[CFG_STR_MAX]; /* its service's URL; empty = AWS_ENDPOINT_URL(_S3) */
+	char shared_region[64];		   /* for SigV4 */
+	char shared_profile[128];	   /* ~/.aws/credentials profile */
+	char shared_access_key[256];	   /* empty = environment or profile */
+	char shared_secret_key[256];	   /* never logged */
+	char shared_session_token[2048];   /* never logged */
+	char shared_addressing[16];	   /* "path" or "virtual" */
+	double shared_timeout;		   /* seconds: connect, first byte, stall */
+	unsigned shared_queue;		   /* blocks queued for PUT (each pins a RAM slot) */
+	double shared_wait;		   /* seconds to wait for another node's fetch; 0 = off */
 
 	/* Operations. */
 	char metrics[128]; /* host:port for Prometheus text; empty = off */

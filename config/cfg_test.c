@@ -459,6 +459,50 @@ static void test_secret_hidden(void)
 	rc = cfg_set(&c, "session_token", longv, err, sizeof(err));
 	CHECK(rc == -EINVAL, "3000-byte session_token accepted");
 	CHECK(!strstr(err, "SeCrEt"), "session_token echoed: %s", err);
+	/* the shared cache's secrets, the same */
+	rc = cfg_set(&c, "shared_secret_key", longv, err, sizeof(err));
+	CHECK(rc == -EINVAL && !strstr(err, "SeCrEt"), "shared_secret_key: %s", err);
+	CHECK_MSG("shared_secret_key", err, "shared_secret_key");
+	rc = cfg_set(&c, "shared_session_token", longv, err, sizeof(err));
+	CHECK(rc == -EINVAL && !strstr(err, "SeCrEt"), "shared_session_token: %s", err);
+}
+
+/* The shared cache's keys: a place that is an S3 URL, its limits, its key pair. */
+static void test_shared_cache(void)
+{
+	char err[CFG_ERR_MAX];
+	struct cfg c;
+
+	expect_ok("shared_cache", "");
+	expect_ok("shared_cache", "s3://bucket");
+	expect_ok("shared_cache", "s3://bucket/some/prefix");
+	expect_bad("shared_cache", "http://host/bucket", "s3://bucket[/prefix]");
+	expect_bad("shared_cache", "s3://", "s3://bucket[/prefix]");
+	expect_bad("shared_cache", "s3:///prefix", "s3://bucket[/prefix]");
+	expect_bad("shared_cache", "/srv/cache", "s3://bucket[/prefix]");
+	expect_ok("shared_addressing", "virtual");
+	expect_bad("shared_addressing", "vhost", "path or virtual");
+	expect_ok("shared_timeout", "0.5");
+	expect_bad("shared_timeout", "0", "0.1 to 3600");
+	expect_ok("shared_queue", "1");
+	expect_bad("shared_queue", "0", "1 to 4096");
+	expect_ok("shared_wait", "0");
+	expect_bad("shared_wait", "-1", "0 to 3600");
+
+	cfg_init(&c);
+	CHECK(c.shared_timeout == 2 && c.shared_queue == 8 && c.shared_wait == 10 &&
+		  strcmp(c.shared_region, "us-east-1") == 0 &&
+		  strcmp(c.shared_addressing, "path") == 0 && c.shared_cache[0] == '\0',
+	      "shared_* defaults");
+	snprintf(c.shared_secret_key, sizeof(c.shared_secret_key), "s3cr3t");
+	CHECK(cfg_validate(&c, err, sizeof(err)) == -EINVAL, "shared_secret_key alone accepted");
+	CHECK_MSG("shared_secret_key alone", err, "shared_access_key", "shared_secret_key");
+	CHECK(!strstr(err, "s3cr3t"), "secret in message");
+	snprintf(c.shared_access_key, sizeof(c.shared_access_key), "AKIA");
+	CHECK(cfg_validate(&c, err, sizeof(err)) == 0, "shared key pair refused: %s", err);
+	/* the store's keys and the shared cache's are separate pairs */
+	snprintf(c.access_key, sizeof(c.access_key), "AKIA");
+	CHECK(cfg_validate(&c, err, sizeof(err)) == -EINVAL, "store access_key alone accepted");
 }
 
 static void test_bools(void)
@@ -850,6 +894,7 @@ int main(int argc, char **argv)
 	test_unchanged_on_error();
 	test_unknown_key();
 	test_secret_hidden();
+	test_shared_cache();
 	test_bools();
 	test_opts();
 	test_validate();

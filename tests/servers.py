@@ -30,13 +30,13 @@ def free_port():
     return port
 
 
-def wait_port(port, timeout, proc=None):
+def wait_port(port, timeout, proc=None, host="127.0.0.1"):
     deadline = time.time() + timeout
     while time.time() < deadline:
         if proc is not None and proc.poll() is not None:
             return False
         try:
-            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+            socket.create_connection((host, port), timeout=0.2).close()
             return True
         except OSError:
             time.sleep(0.05)
@@ -57,15 +57,16 @@ class Nginx:
     """nginx serving `root` with Range, keep-alive and a JSON autoindex."""
 
     def __init__(self, root, workdir=None, port=None, autoindex=True, access_log=None, extra="",
-                 tls=None, workers=2):
+                 tls=None, workers=2, host="127.0.0.1"):
         self.root = os.path.abspath(root)
+        self.host = host  # the address it listens on (the simulation's bridge, tests/bench)
         self.tls = tls  # (cert.pem, key.pem): serve https
         self.extra = extra  # more directives for the server block (e.g. "etag off;")
         self.access_log = access_log  # a path: log every request there (counted by tests)
         self.dir = workdir or (self.root.rstrip("/") + "-nginx")
         self.port = port or free_port()
         self.autoindex = autoindex  # True or "json": JSON listings; "html": HTML; False: none
-        self.url = "%s://127.0.0.1:%d" % ("https" if tls else "http", self.port)
+        self.url = "%s://%s:%d" % ("https" if tls else "http", host, self.port)
         self.pid = None
         self.workers = workers  # worker processes: a number, or "auto" (one per CPU)
 
@@ -93,20 +94,20 @@ http {
     types { application/json json; }
     default_type application/octet-stream;
     server {
-        listen 127.0.0.1:%(p)d%(ssl)s;
+        listen %(h)s:%(p)d%(ssl)s;
         root %(r)s;
         %(ai)s
         %(extra)s
     }
 }
-""" % {"d": self.dir, "p": self.port, "w": self.workers, "r": self.root, "ai": ai, "user": user, "extra": self.extra,
+""" % {"d": self.dir, "p": self.port, "h": self.host, "w": self.workers, "r": self.root, "ai": ai, "user": user, "extra": self.extra,
        "ssl": (" ssl; ssl_certificate %s; ssl_certificate_key %s" % self.tls) if self.tls else "",
        "log": self.access_log or "off"})
         nginx = shutil.which("nginx") or "/usr/sbin/nginx"
         subprocess.run([nginx, "-c", conf, "-p", self.dir + "/"], check=True,
                        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-        if not wait_port(self.port, 10):
-            raise RuntimeError("nginx did not listen on %d" % self.port)
+        if not wait_port(self.port, 10, host=self.host):
+            raise RuntimeError("nginx did not listen on %s:%d" % (self.host, self.port))
         with open(os.path.join(self.dir, "nginx.pid")) as f:
             self.pid = int(f.read().strip())
         return self
@@ -152,7 +153,7 @@ use = egg:swift#%(name)s
 """
 
 _PROXY_CONF = """[DEFAULT]
-bind_ip = 127.0.0.1
+bind_ip = %(host)s
 bind_port = %(port)d
 workers = %(workers)d
 user = root
@@ -200,9 +201,10 @@ class Swift:
     Credentials: SWIFT_KEY / SWIFT_SECRET, region us-east-1, path style.
     """
 
-    def __init__(self, workdir, workers=1):
+    def __init__(self, workdir, workers=1, host="127.0.0.1"):
         self.dir = os.path.abspath(workdir)
         self.workers = workers
+        self.host = host  # the proxy's (S3 front end's) address; the others stay on loopback
         self.procs = {}
         self.port = None
         self.endpoint = None
@@ -218,7 +220,7 @@ class Swift:
         for name, port in self.ports.items():
             if name == "proxy":
                 text = _PROXY_CONF % {"dir": self.dir, "port": port, "mc": self.mc_port,
-                                      "workers": self.workers}
+                                      "workers": self.workers, "host": self.host}
             else:
                 text = _SERVER_CONF % {"dir": self.dir, "port": port, "name": name,
                                        "workers": 1}
@@ -244,7 +246,7 @@ class Swift:
         self.mc_port = free_port()
         self.ports = {n: free_port() for n in ("account", "container", "object", "proxy")}
         self.port = self.ports["proxy"]
-        self.endpoint = "http://127.0.0.1:%d" % self.port
+        self.endpoint = "http://%s:%d" % (self.host, self.port)
         self._write_conf()
         self._spawn("memcached", ["memcached", "-l", "127.0.0.1", "-p", str(self.mc_port),
                                   "-u", "root", "-m", "64", "-U", "0"])
@@ -278,7 +280,7 @@ class Swift:
     def start_proxy(self):
         self._spawn("proxy", ["swift-proxy-server",
                               os.path.join(self.dir, "etc", "proxy-server.conf")])
-        if not wait_port(self.port, 30, self.procs["proxy"]):
+        if not wait_port(self.port, 30, self.procs["proxy"], host=self.host):
             raise RuntimeError("swift proxy did not come back")
 
     def _stop_one(self, key):

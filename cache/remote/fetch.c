@@ -31,6 +31,12 @@
  * 64 KiB): the read took 36.1 s with only the timeout (timeout=30), 5.1 s with
  * stall_timeout=5.
  *
+ * PUT (the shared block tier, blob.c): the body is read by libcurl from the
+ * caller's buffers (a RAM slot and a 32-byte trailer) without a copy, sent
+ * with Content-Length, and signed with UNSIGNED-PAYLOAD: curl 7.88 does not
+ * hash a body, and the block carries its own checksum, verified at every
+ * read.
+ *
  * Refuses: to follow redirects (a redirect of an object is reported, not
  * chased with our signature), to log credentials or URLs with userinfo.
  */
@@ -52,6 +58,7 @@
 #define ERROR_BODY_MAX 65536 /* error documents (S3 <Error>) kept for the caller */
 #define CURL_BUF_SIZE 524288 /* libcurl's maximum receive buffer: fewer callbacks */
 #define EMPTY_SHA256 "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
+#define UNSIGNED_PAYLOAD "UNSIGNED-PAYLOAD"
 
 struct remote_fetch {
 	struct remote *r; /* counters and cfg, borrowed */
@@ -71,8 +78,10 @@ struct xfer {
 	bool overflow;	     /* the server sent more than allowed */
 	bool unranged;	     /* a 200 came back to a ranged GET */
 	uint64_t stall_ns;   /* cfg->stall_timeout in ns; 0 = off */
-	uint64_t last_rx_ns; /* when the last header line or body bytes came; 0 = none yet */
+	uint64_t last_rx_ns; /* when bytes last moved, either way; 0 = none yet */
+	curl_off_t ul_seen;  /* PUT: bytes sent when last seen by on_progress */
 	bool stalled;	     /* the progress callback cut a stalled answer */
+	size_t put_off;	     /* PUT: bytes of the body handed to libcurl so far */
 };
 
 static pthread_once_t global_once = PTHREAD_ONCE_INIT;
@@ -182,93 +191,6 @@ static void pool_put(struct remote_fetch *f, CURL *h)
 
 /* ---- helpers that the backends and the unit tests share ---- */
 
-int remote_uri_encode(const char *in, bool keep_slash, char *out, size_t outlen)
-{
-	static const char hex[] = "0123456789ABCDEF";
-	size_t o = 0;
-	const unsigned char *p;
-
-	for (p = (const unsigned char *)in; *p; p++) {
-		bool plain = (*p >= 'A' && *p <= 'Z') || (*p >= 'a' && *p <= 'z') ||
-			     (*p >= '0' && *p <= '9') || *p == '-' || *p == '.' || *p == '_' ||
-			     *p == '~' || (keep_slash && *p == '/');
-
-		if (o + (plain ? 1 : 3) >= outlen)
-			return -ENAMETOOLONG;
-		if (plain) {
-			out[o++] = (char)*p;
-		} else {
-			out[o++] = '%';
-			out[o++] = hex[*p >> 4];
-			out[o++] = hex[*p & 15];
-		}
-	}
-	if (o >= outlen)
-		return -ENAMETOOLONG;
-	out[o] = '\0';
-	return (int)o;
-}
-
-struct kvpair {
-	const char *k, *v;
-};
-
-static int kv_cmp(const void *a, const void *b)
-{
-	return strcmp(((const struct kvpair *)a)->k, ((const struct kvpair *)b)->k);
-}
-
-int remote_query_build(const char *const *kv, size_t n, char *out, size_t outlen)
-{
-	struct kvpair pairs[16];
-	size_t i, o = 0;
-	int len;
-
-	if (n > MCFS_ARRAY_SIZE(pairs))
-		return -E2BIG;
-	for (i = 0; i < n; i++) {
-		pairs[i].k = kv[2 * i];
-		pairs[i].v = kv[2 * i + 1];
-	}
-	/* SigV4 sorts by the encoded key; our keys are plain ASCII, so equal. */
-	qsort(pairs, n, sizeof(pairs[0]), kv_cmp);
-	if (outlen == 0)
-		return -ENAMETOOLONG;
-	out[0] = '\0';
-	for (i = 0; i < n; i++) {
-		if (i > 0) {
-			if (o + 1 >= outlen)
-				return -ENAMETOOLONG;
-			out[o++] = '&';
-		}
-		len = remote_uri_encode(pairs[i].k, false, out + o, outlen - o);
-		if (len < 0)
-			return len;
-		o += (size_t)len;
-		if (o + 1 >= outlen)
-			return -ENAMETOOLONG;
-		out[o++] = '=';
-		out[o] = '\0';
-		len = remote_uri_encode(pairs[i].v ? pairs[i].v : "", false, out + o, outlen - o);
-		if (len < 0)
-			return len;
-		o += (size_t)len;
-	}
-	return (int)o;
-}
-
-void remote_copy(char *dst, size_t dstlen, const char *src)
-{
-	size_t n = strlen(src);
-
-	if (dstlen == 0)
-		return;
-	if (n >= dstlen)
-		n = dstlen - 1;
-	memcpy(dst, src, n);
-	dst[n] = '\0';
-}
-
 bool remote_retryable(int curl_code, long status)
 {
 	switch ((CURLcode)curl_code) {
@@ -302,32 +224,6 @@ unsigned remote_backoff_ms(unsigned attempt, unsigned *seed)
 	return d / 2 + (unsigned)rand_r(seed) % (d / 2 + 1);
 }
 
-int remote_parse_iso8601(const char *s, int64_t *ns)
-{
-	struct tm tm;
-	char *end;
-	long frac_ns = 0, scale = 100000000;
-	time_t t;
-
-	memset(&tm, 0, sizeof(tm));
-	end = strptime(s, "%Y-%m-%dT%H:%M:%S", &tm);
-	if (!end)
-		return -EINVAL;
-	if (*end == '.') {
-		for (end++; *end >= '0' && *end <= '9'; end++) {
-			frac_ns += (*end - '0') * scale;
-			scale /= 10;
-		}
-	}
-	if (*end != 'Z' && *end != '\0' && strcmp(end, "+00:00") != 0)
-		return -EINVAL;
-	t = timegm(&tm);
-	if (t == (time_t)-1)
-		return -EINVAL;
-	*ns = (int64_t)t * 1000000000 + frac_ns;
-	return 0;
-}
-
 /* ---- one transfer ---- */
 
 static bool body_append(struct xfer *x, const char *data, size_t n)
@@ -352,6 +248,22 @@ static bool body_append(struct xfer *x, const char *data, size_t n)
 	resp->body_len += n;
 	resp->body[resp->body_len] = '\0';
 	return true;
+}
+
+/* Puts bytes [at, at+n) of a ranged answer in place: buf, then tail for the last tail_len. */
+static void land(const struct remote_req *req, size_t at, const char *data, size_t n)
+{
+	size_t in_buf = req->len - req->tail_len, k;
+
+	if (at < in_buf) {
+		k = MCFS_MIN(n, in_buf - at);
+		memcpy((char *)req->buf + at, data, k);
+		at += k;
+		data += k;
+		n -= k;
+	}
+	if (n > 0)
+		memcpy((char *)req->tail + (at - in_buf), data, n);
 }
 
 static size_t on_body(char *data, size_t size, size_t nmemb, void *user)
@@ -380,9 +292,42 @@ static size_t on_body(char *data, size_t size, size_t nmemb, void *user)
 		x->overflow = true;
 		return 0;
 	}
-	memcpy((char *)req->buf + resp->got, data, n);
+	land(req, resp->got, data, n);
 	resp->got += n;
 	return n;
+}
+
+/* PUT: hands libcurl the next bytes of put[0] then put[1]. */
+static size_t on_put_read(char *out, size_t size, size_t nmemb, void *user)
+{
+	struct xfer *x = user;
+	const struct remote_req *req = x->req;
+	size_t room = size * nmemb, n = 0, k, skip = x->put_off;
+	int i;
+
+	for (i = 0; i < 2 && n < room; i++) {
+		if (skip >= req->put_len[i]) {
+			skip -= req->put_len[i];
+			continue;
+		}
+		k = MCFS_MIN(room - n, req->put_len[i] - skip);
+		memcpy(out + n, (const char *)req->put[i] + skip, k);
+		n += k;
+		skip = 0;
+	}
+	x->put_off += n;
+	return n;
+}
+
+/* PUT: libcurl rewinds the body (a retry on a reused connection). */
+static int on_put_seek(void *user, curl_off_t offset, int origin)
+{
+	struct xfer *x = user;
+
+	if (origin != SEEK_SET || offset < 0)
+		return CURL_SEEKFUNC_CANTSEEK;
+	x->put_off = (size_t)offset;
+	return CURL_SEEKFUNC_OK;
 }
 
 static void copy_value(char *dst, size_t dstlen, const char *v, size_t n)
@@ -487,7 +432,10 @@ static int on_progress(void *user, curl_off_t dltotal, curl_off_t dlnow, curl_of
 	(void)dltotal;
 	(void)dlnow;
 	(void)ultotal;
-	(void)ulnow;
+	if (ulnow > x->ul_seen) { /* a PUT's body moving is progress too */
+		x->ul_seen = ulnow;
+		x->last_rx_ns = mcfs_now_ns();
+	}
 	if (x->stall_ns == 0 || x->last_rx_ns == 0)
 		return 0; /* off, or the answer has not begun: cfg->timeout's part */
 	if (mcfs_now_ns() - x->last_rx_ns < x->stall_ns)
@@ -550,6 +498,18 @@ static int setup(struct remote_fetch *f, CURL *h, const struct remote_req *req, 
 	}
 	if (strcmp(req->method, "HEAD") == 0)
 		curl_easy_setopt(h, CURLOPT_NOBODY, 1L);
+	if (strcmp(req->method, "PUT") == 0) {
+		curl_easy_setopt(h, CURLOPT_UPLOAD, 1L);
+		curl_easy_setopt(h, CURLOPT_UPLOAD_BUFFERSIZE, (long)CURL_BUF_SIZE);
+		curl_easy_setopt(h, CURLOPT_READFUNCTION, on_put_read);
+		curl_easy_setopt(h, CURLOPT_READDATA, x);
+		curl_easy_setopt(h, CURLOPT_SEEKFUNCTION, on_put_seek);
+		curl_easy_setopt(h, CURLOPT_SEEKDATA, x);
+		curl_easy_setopt(h, CURLOPT_INFILESIZE_LARGE,
+				 (curl_off_t)(req->put_len[0] + req->put_len[1]));
+		/* "Expect: 100-continue" stays: curl 7.88 signs an "Expect:" that
+		 * removes it as a header of its own, and the signature fails */
+	}
 	if (req->len > 0) {
 		snprintf(range, rangelen, "%" PRIu64 "-%" PRIu64, req->off,
 			 req->off + req->len - 1);
@@ -561,8 +521,11 @@ static int setup(struct remote_fetch *f, CURL *h, const struct remote_req *req, 
 	*hdrs = add_header(*hdrs, "If-None-Match", req->if_none_match, &ok);
 	if (req->sig && req->sig->access_key) {
 		/* curl 7.88 neither adds nor computes the payload hash; a bodiless
-		 * request's hash is that of the empty string, always right. */
-		*hdrs = add_header(*hdrs, "x-amz-content-sha256", EMPTY_SHA256, &ok);
+		 * request's hash is that of the empty string, always right. A PUT's
+		 * body is not hashed (see the top of this file). */
+		*hdrs = add_header(
+		    *hdrs, "x-amz-content-sha256",
+		    req->put_len[0] + req->put_len[1] ? UNSIGNED_PAYLOAD : EMPTY_SHA256, &ok);
 		*hdrs = add_header(*hdrs, "x-amz-security-token", req->sig->session_token, &ok);
 		snprintf(sigparam, sizeof(sigparam), "aws:amz:%s:s3", req->sig->region);
 		curl_easy_setopt(h, CURLOPT_AWS_SIGV4, sigparam);
@@ -582,21 +545,31 @@ static int check_range(const struct remote_req *req, struct remote_resp *resp, c
 {
 	uint64_t a = 0, b = 0;
 
+	/* another size first: a shorter object also answers another range */
+	if (req->expect_total && resp->total >= 0 && (uint64_t)resp->total != req->expect_total) {
+		snprintf(resp->error, sizeof(resp->error), "%" PRId64 " bytes, not %" PRIu64,
+			 resp->total, req->expect_total);
+		return -ESTALE;
+	}
 	if (resp->status == 206 &&
 	    sscanf(resp->content_range, "bytes %" SCNu64 "-%" SCNu64, &a, &b) == 2 &&
 	    (a != req->off || b != req->off + req->len - 1)) {
-		MCFS_ERR("%s: asked bytes %" PRIu64 "-%" PRIu64 ", server sent %s", what, req->off,
+		snprintf(resp->error, sizeof(resp->error),
+			 "asked bytes %" PRIu64 "-%" PRIu64 ", server sent %s", req->off,
 			 req->off + req->len - 1, resp->content_range);
+		if (!req->quiet)
+			MCFS_ERR("%s: %s", what, resp->error);
 		return -EIO;
 	}
-	if (req->expect_total && resp->total >= 0 && (uint64_t)resp->total != req->expect_total)
-		return -ESTALE;
 	if (req->expect_etag && req->expect_etag[0] && resp->etag[0] &&
 	    strcmp(resp->etag, req->expect_etag) != 0)
 		return -ESTALE;
 	if (resp->got != req->len) {
-		MCFS_ERR("%s: bytes %" PRIu64 "-%" PRIu64 ": got %zu of %zu bytes", what, req->off,
+		snprintf(resp->error, sizeof(resp->error),
+			 "bytes %" PRIu64 "-%" PRIu64 ": got %zu of %zu bytes", req->off,
 			 req->off + req->len - 1, resp->got, req->len);
+		if (!req->quiet)
+			MCFS_ERR("%s: %s", what, resp->error);
 		return -EIO;
 	}
 	return 0;
@@ -640,18 +613,22 @@ static const char *range_text(const struct remote_req *req, char *buf, size_t le
 	return buf;
 }
 
-static void log_failure(const struct remote_req *req, const char *what, CURLcode cc,
-			const char *errbuf, long status, unsigned attempts)
+/* Words a failure into resp->error and, unless req->quiet, logs it. */
+static void log_failure(const struct remote_req *req, struct remote_resp *resp, const char *what,
+			CURLcode cc, const char *errbuf, long status, unsigned attempts)
 {
 	char range[64];
 
-	range_text(req, range, sizeof(range));
 	if (cc != CURLE_OK)
-		MCFS_ERR("%s %s%s failed after %u attempt(s): %s", req->method, what, range,
-			 attempts, errbuf[0] ? errbuf : curl_easy_strerror(cc));
+		remote_copy(resp->error, sizeof(resp->error),
+			    errbuf[0] ? errbuf : curl_easy_strerror(cc));
 	else
-		MCFS_ERR("%s %s%s failed after %u attempt(s): HTTP %ld", req->method, what, range,
-			 attempts, status);
+		snprintf(resp->error, sizeof(resp->error), "HTTP %ld", status);
+	if (req->quiet)
+		return;
+	range_text(req, range, sizeof(range));
+	MCFS_ERR("%s %s%s failed after %u attempt(s): %s", req->method, what, range, attempts,
+		 resp->error);
 }
 
 int remote_fetch_do(struct remote_fetch *f, const struct remote_req *req, struct remote_resp *resp)
@@ -695,6 +672,8 @@ int remote_fetch_do(struct remote_fetch *f, const struct remote_req *req, struct
 		reset_resp(resp);
 		x.overflow = x.unranged = x.stalled = false;
 		x.last_rx_ns = 0;
+		x.put_off = 0;
+		x.ul_seen = 0;
 		cc = curl_easy_perform(h);
 		if (cc == CURLE_ABORTED_BY_CALLBACK && x.stalled) {
 			/* not the server's answer: a dead flow. Name it, then try a new one. */
@@ -703,9 +682,11 @@ int remote_fetch_do(struct remote_fetch *f, const struct remote_req *req, struct
 				 f->r->cfg->stall_timeout, req->len ? resp->got : resp->body_len);
 			if (attempt + 1 >= max_attempts)
 				break;
-			MCFS_WARN("%s %s%s: %s; retrying on a new connection (%u of %u)",
-				  req->method, what, range_text(req, range_log, sizeof(range_log)),
-				  errbuf, attempt + 1, max_attempts - 1);
+			if (!req->quiet)
+				MCFS_WARN("%s %s%s: %s; retrying on a new connection (%u of %u)",
+					  req->method, what,
+					  range_text(req, range_log, sizeof(range_log)), errbuf,
+					  attempt + 1, max_attempts - 1);
 			curl_easy_setopt(h, CURLOPT_FRESH_CONNECT, 1L);
 			continue;
 		}
@@ -715,36 +696,42 @@ int remote_fetch_do(struct remote_fetch *f, const struct remote_req *req, struct
 			    req->if_range && resp->etag[0] && strcmp(resp->etag, req->if_range) != 0
 				? -ESTALE
 				: -EIO;
-			if (rc == -EIO)
-				MCFS_ERR(
-				    "%s %s: the server ignored the Range header (HTTP 200 with "
-				    "%" PRId64 " bytes)",
-				    req->method, what, resp->total);
+			snprintf(resp->error, sizeof(resp->error),
+				 "HTTP 200 with %" PRId64 " bytes to a ranged GET", resp->total);
+			if (rc == -EIO && !req->quiet)
+				MCFS_ERR("%s %s: the server ignored the Range header (%s)",
+					 req->method, what, resp->error);
 			goto out;
 		}
 		if (cc == CURLE_WRITE_ERROR && x.overflow) {
-			MCFS_ERR("%s %s: the server sent more bytes than asked (%zu)", req->method,
-				 what, req->len ? req->len : x.cap);
+			snprintf(resp->error, sizeof(resp->error),
+				 "the server sent more bytes than asked (%zu)",
+				 req->len ? req->len : x.cap);
+			if (!req->quiet)
+				MCFS_ERR("%s %s: %s", req->method, what, resp->error);
 			rc = -EIO;
 			goto out;
 		}
 		if (!remote_retryable(cc, resp->status) || attempt + 1 >= max_attempts)
 			break;
-		MCFS_INFO("%s %s: %s; retrying (%u of %u)", req->method, what,
-			  cc != CURLE_OK ? (errbuf[0] ? errbuf : curl_easy_strerror(cc))
-					 : (resp->status == 429 ? "HTTP 429" : "HTTP 5xx"),
-			  attempt + 1, max_attempts - 1);
+		if (!req->quiet)
+			MCFS_INFO("%s %s: %s; retrying (%u of %u)", req->method, what,
+				  cc != CURLE_OK ? (errbuf[0] ? errbuf : curl_easy_strerror(cc))
+						 : (resp->status == 429 ? "HTTP 429" : "HTTP 5xx"),
+				  attempt + 1, max_attempts - 1);
 	}
 	if (cc != CURLE_OK) {
-		log_failure(req, what, cc, errbuf, 0, MCFS_MIN(attempt + 1, max_attempts));
+		log_failure(req, resp, what, cc, errbuf, 0, MCFS_MIN(attempt + 1, max_attempts));
 		rc = -EIO;
 		goto out;
 	}
 	rc = status_errno(resp->status);
+	if (rc < 0)
+		snprintf(resp->error, sizeof(resp->error), "HTTP %ld", resp->status);
 	if (rc == -EIO)
-		log_failure(req, what, cc, errbuf, resp->status,
+		log_failure(req, resp, what, cc, errbuf, resp->status,
 			    MCFS_MIN(attempt + 1, max_attempts));
-	else if (rc == -ENOENT && !req->quiet_404)
+	else if (rc == -ENOENT && !req->quiet_404 && !req->quiet)
 		MCFS_WARN("%s %s: not found (HTTP %ld)", req->method, what, resp->status);
 	if (rc == 0 && req->len > 0 && resp->status < 300)
 		rc = check_range(req, resp, what);

@@ -13,7 +13,9 @@
  *  - bounded bodies: a ranged GET lands straight in the caller's buffer and a
  *    server that sends more than was asked is an error, never an overflow;
  *  - the ranged-GET checks: 206 with the asked Content-Range (or 200 for the
- *    whole object), the object's total size, the validator.
+ *    whole object), the object's total size, the validator;
+ *  - PUT of a body held in memory (the shared block tier's writes, blob.c),
+ *    sent from the caller's buffers without a copy.
  * Proxy settings come from the environment (libcurl's default), TLS is
  * verified unless cfg->tls_verify is off. Credentials travel only through
  * CURLOPT_USERNAME/PASSWORD (SigV4) and never reach a log line.
@@ -45,7 +47,7 @@ struct remote_sigv4 {
 };
 
 struct remote_req {
-	const char *method;		 /* "GET" or "HEAD" */
+	const char *method;		 /* "GET", "HEAD" or "PUT" */
 	const char *url;		 /* full URL, query already canonical */
 	const char *what;		 /* for log lines: e.g. "s3://b/k"; NULL = url */
 	const struct remote_sigv4 *sig;	 /* NULL = no signing */
@@ -54,14 +56,26 @@ struct remote_req {
 	const char *if_unmodified_since; /* HTTP date */
 	const char *if_none_match;	 /* for conditional GETs of listings */
 	const char *expect_etag;	 /* an answer with another ETag is -ESTALE */
-	/* Ranged GET into buf: [off, off+len). len 0 = not ranged. */
+	/* Ranged GET into buf: [off, off+len). len 0 = not ranged. With tail_len
+	 * set, the range's last tail_len bytes land in tail instead, and buf
+	 * holds len - tail_len (a block and the trailer stored after it). */
 	uint64_t off;
 	size_t len;
 	void *buf;
+	void *tail;
+	size_t tail_len;
 	uint64_t expect_total; /* the object's size at open, checked; 0 = unknown */
 	/* Unranged GET: the body is collected up to max_body bytes (0 = no body). */
 	size_t max_body;
 	bool quiet_404; /* 404 is expected here: don't log it */
+	/* Log nothing, failures and retries included: the caller words them (the
+	 * shared tier logs one line per change of its state, not per request). */
+	bool quiet;
+	/* PUT: the body, put[0] then put[1] back to back (len 0 = absent). Sent
+	 * unsigned (x-amz-content-sha256: UNSIGNED-PAYLOAD); the bytes are read
+	 * again from the start on a retry. Borrowed for the call. */
+	const void *put[2];
+	size_t put_len[2];
 };
 
 struct remote_resp {
@@ -77,7 +91,8 @@ struct remote_resp {
 	char content_type[128];	    /* "" if none */
 	char *body;		    /* unranged GET: NUL-terminated; caller frees with free() */
 	size_t body_len;	    /* bytes in body */
-	size_t got;		    /* ranged GET: bytes written to req->buf */
+	size_t got;		    /* ranged GET: bytes written to req->buf (and tail) */
+	char error[160]; /* a failure's cause in words ("HTTP 503", curl's text); "" if none */
 };
 
 /*

@@ -34,6 +34,15 @@ struct remote_s3_page {
 MCFS_MUST_CHECK int remote_s3_parse_list(const char *xml, size_t len, const char *prefix,
 					 struct remote_s3_page *page);
 
+/*
+ * The URL of a bucket, no trailing '/': @endpoint (an http(s) URL; "" =
+ * AWS_ENDPOINT_URL_S3, else AWS_ENDPOINT_URL, else AWS's for @region) with
+ * the bucket in the path, or in the host name when @virtual_host. Returns 0,
+ * -EINVAL for an endpoint that is not a URL (logged), -ENAMETOOLONG.
+ */
+MCFS_MUST_CHECK int remote_s3_base_url(const char *endpoint, const char *bucket, const char *region,
+				       bool virtual_host, char *out, size_t outlen);
+
 struct remote_creds {
 	char access_key[256];
 	char secret_key[256];

@@ -50,18 +50,19 @@ static const char *env_or_null(const char *name)
 	return v && *v ? v : NULL;
 }
 
-/* Builds s->base from the endpoint, bucket and addressing style. */
-static int make_base(struct s3 *s, const struct cfg *cfg)
+int remote_s3_base_url(const char *endpoint, const char *bucket, const char *region,
+		       bool virtual_host, char *out, size_t outlen)
 {
-	const char *ep = cfg->endpoint[0] ? cfg->endpoint : env_or_null("AWS_ENDPOINT_URL_S3");
+	const char *ep = endpoint[0] ? endpoint : env_or_null("AWS_ENDPOINT_URL_S3");
 	char def[256], scheme[16];
 	const char *host;
 	size_t n;
+	int len;
 
 	if (!ep)
 		ep = env_or_null("AWS_ENDPOINT_URL");
 	if (!ep) {
-		snprintf(def, sizeof(def), "https://s3.%s.amazonaws.com", s->region);
+		snprintf(def, sizeof(def), "https://s3.%s.amazonaws.com", region);
 		ep = def;
 	}
 	host = strstr(ep, "://");
@@ -75,12 +76,19 @@ static int make_base(struct s3 *s, const struct cfg *cfg)
 	n = strlen(host);
 	while (n > 0 && host[n - 1] == '/')
 		n--;
-	s->virtual_host = strcmp(cfg->addressing, "virtual") == 0;
-	if (s->virtual_host)
-		snprintf(s->base, sizeof(s->base), "%s://%s.%.*s", scheme, s->bucket, (int)n, host);
+	if (virtual_host)
+		len = snprintf(out, outlen, "%s://%s.%.*s", scheme, bucket, (int)n, host);
 	else
-		snprintf(s->base, sizeof(s->base), "%s://%.*s/%s", scheme, (int)n, host, s->bucket);
-	return 0;
+		len = snprintf(out, outlen, "%s://%.*s/%s", scheme, (int)n, host, bucket);
+	return len < 0 || (size_t)len >= outlen ? -ENAMETOOLONG : 0;
+}
+
+/* Builds s->base from the endpoint, bucket and addressing style. */
+static int make_base(struct s3 *s, const struct cfg *cfg)
+{
+	s->virtual_host = strcmp(cfg->addressing, "virtual") == 0;
+	return remote_s3_base_url(cfg->endpoint, s->bucket, s->region, s->virtual_host, s->base,
+				  sizeof(s->base));
 }
 
 /* Splits s3://bucket/prefix. */

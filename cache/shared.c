@@ -1,0 +1,772 @@
+/*
+ * shared.c - the shared block tier (shared.h): blocks in an S3 bucket that a
+ * cluster's nodes share, between the local tiers and the store.
+ *
+ * Flow of a local miss (a fetch thread, through tiers.c): GET the block's
+ * object; a verified object fills the RAM slot (a hit). A missing one, with
+ * shared_wait > 0, goes through the lease: read the block's lease object; if
+ * a fresh one is another node's, wait for the block to appear (polling it),
+ * else write our own lease, let the other nodes' writes settle, and read it
+ * back: the last writer fetches the block from the store and writes it, the
+ * others wait. A corrupt or truncated object is refused (never served),
+ * logged, fetched from the store and written over. After the store fetch the
+ * fetch thread queues the write (cache_shared_put()); writer threads PUT it,
+ * first asking with a HEAD whether a racing node wrote it already.
+ *
+ * The write queue is bounded (each job pins a RAM slot) and a full one drops
+ * the write, but for a block this node holds the lease of: other nodes wait
+ * for that one, and dropping it would send each of them to the store, so
+ * the fetch thread (its readers already answered) waits up to shared_timeout
+ * for room, and gives the lease back if it must drop it after all. On a
+ * cluster whose shared cache takes writes slower than the store gives
+ * blocks, that wait is what keeps the store's traffic near one copy.
+ *
+ * Why leases: N nodes that load one model at once miss every block together;
+ * without them each fetches every block from the store, N times the model.
+ * The cluster's object store is the only shared thing we may use, and Swift's
+ * s3api (like older S3 services) refuses conditional PUTs (If-None-Match), so
+ * the lease is "last writer wins, read back after a pause": the pause is
+ * twice the recent latency of a small request, so that a node that read no
+ * lease just before our write lands its own before our read-back. A race
+ * that slips through costs one duplicate store read; a lease whose node died
+ * costs the waiters shared_wait, once, and expires after that long.
+ *
+ * Health: two up/down states, reads (the whole tier) and writes. A request
+ * that fails (no answer, a timeout, a 5xx; for reads also 403) takes its
+ * state down with one log line; while down, requests are not sent (reads go
+ * to the store, writes are dropped) but one probe every SHARED_RETRY_S
+ * seconds, whose success brings it up with one line. Requests that were in
+ * flight when it went down change nothing: only a probe brings it back, so a
+ * slow service does not flap.
+ *
+ * Refuses: to serve bytes it could not verify; to hold a reader for a
+ * write; to log credentials.
+ */
+#define _GNU_SOURCE
+#include "shared.h"
+
+#include "blob.h"
+#include "cache.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <time.h>
+#include <unistd.h>
+
+#define SHARED_RETRY_S 5 /* a down tier is probed this often: a restart's time */
+/* Writer threads: a PUT of 8 MiB waits on the service more than on us, and a
+ * node that holds leases must write as fast as it fetches, or others wait. */
+#define SHARED_WRITERS 4
+#define LEASE_SUFFIX ".lease"
+#define LEASE_MAX 160	     /* a lease object: "NODE TIME_MS[ released]\n" */
+#define LEASE_LOOK_EVERY 4   /* a waiter looks at the lease every this many polls */
+#define POLL_FIRST_MS 50     /* the first look for a block another node fetches */
+#define POLL_MAX_MS 1000     /* polls double up to this */
+#define SETTLE_MIN_US 10000  /* a lease's pause before its read-back, at least */
+#define SETTLE_MAX_US 200000 /* and at most */
+#define NS_PER_S 1000000000ull
+
+enum { H_UP = 0, H_DOWN = 1 };
+
+/* What begin() allows: nothing (down), a request, or the one probe of a down state. */
+enum ticket { T_NONE, T_NORMAL, T_PROBE };
+
+struct health {
+	const char *what;	       /* "reads" or "writes", for log lines */
+	atomic_int state;	       /* H_UP or H_DOWN */
+	atomic_bool probing;	       /* H_DOWN: the probe is out */
+	atomic_uint_fast64_t retry_ns; /* H_DOWN: when the next probe may go */
+	unsigned long long since_ns;   /* guarded by sh->lock: when it went down */
+};
+
+struct put_job {
+	char key[CACHE_SHARED_KEY_MAX];
+	const void *data; /* borrowed until done() */
+	uint32_t len;
+	bool check; /* HEAD first: another node may have written it */
+	void *arg;
+};
+
+struct cache_shared {
+	struct remote_blob *blob;
+	const char *name; /* s3://bucket/prefix, for logs */
+	char store[128];  /* cache_store_dir_name() of the store */
+	uint64_t bs;
+	double wait_s;	  /* shared_wait */
+	double timeout_s; /* shared_timeout */
+	char node[96];	  /* this daemon in leases: host name and a random number */
+	void (*done)(void *ctx, void *arg);
+	void *ctx;
+	struct health rd, wr;
+	atomic_uint settle_us; /* twice a small request's recent latency */
+	atomic_uint waited_ms; /* how long waits for other nodes' blocks took lately */
+
+	pthread_mutex_t lock;	  /* guards the queue, closing and state changes */
+	pthread_cond_t work;	  /* the queue got a job, or closing */
+	pthread_cond_t room;	  /* a writer took a job: the queue has room (CLOCK_MONOTONIC) */
+	pthread_cond_t stop_cond; /* cache_shared_stop(): wakes pauses (CLOCK_MONOTONIC) */
+	struct put_job *q;	  /* ring of qmax jobs, guarded by lock */
+	unsigned qmax, qhead, qn; /* guarded by lock */
+	unsigned writing;	  /* guarded by lock: jobs being written now */
+	bool closing;		  /* guarded by lock: writers finish the queue and end */
+	atomic_bool stopping;	  /* no more waiting for other nodes */
+	pthread_t writers[SHARED_WRITERS];
+	unsigned nwriters;
+
+	/* The shared_* rows of cache/counters.h; relaxed. */
+	atomic_uint_fast64_t hits, misses, read_bytes, waits, wait_timeouts, puts, put_bytes,
+	    put_skips, put_drops, corrupt, errors;
+};
+
+static void count(atomic_uint_fast64_t *c, uint64_t n)
+{
+	atomic_fetch_add_explicit(c, n, memory_order_relaxed);
+}
+
+/* ---- health ------------------------------------------------------------- */
+
+static enum ticket begin(struct health *h)
+{
+	bool no = false;
+
+	if (atomic_load(&h->state) == H_UP)
+		return T_NORMAL;
+	if (mcfs_now_ns() < atomic_load(&h->retry_ns))
+		return T_NONE;
+	if (!atomic_compare_exchange_strong(&h->probing, &no, true))
+		return T_NONE;
+	return T_PROBE;
+}
+
+/* A request of ticket @t went well: a probe brings its state up. */
+static void went_well(struct cache_shared *sh, struct health *h, enum ticket t)
+{
+	if (t != T_PROBE)
+		return;
+	pthread_mutex_lock(&sh->lock);
+	if (atomic_load(&h->state) == H_DOWN) {
+		atomic_store(&h->state, H_UP);
+		MCFS_INFO("shared cache %s: %s up again after %.1f s", sh->name, h->what,
+			  (double)(mcfs_now_ns() - h->since_ns) / 1e9);
+	}
+	atomic_store(&h->probing, false);
+	pthread_mutex_unlock(&sh->lock);
+}
+
+/* Ends a probe ticket of @h whose failure another state answers for. */
+static void release(struct health *h, enum ticket t)
+{
+	if (t == T_PROBE) {
+		atomic_store(&h->retry_ns, mcfs_now_ns() + SHARED_RETRY_S * NS_PER_S);
+		atomic_store(&h->probing, false);
+	}
+}
+
+/* A request of ticket @t (@op on @key) failed: an up state goes down, logged once. */
+static void went_wrong(struct cache_shared *sh, struct health *h, enum ticket t, const char *op,
+		       const char *key, const struct remote_blob_res *res)
+{
+	unsigned long long now = mcfs_now_ns();
+
+	count(&sh->errors, 1);
+	pthread_mutex_lock(&sh->lock);
+	if (atomic_load(&h->state) == H_UP && t != T_NONE) {
+		atomic_store(&h->state, H_DOWN);
+		h->since_ns = now;
+		atomic_store(&h->retry_ns, now + SHARED_RETRY_S * NS_PER_S);
+		if (h == &sh->rd)
+			MCFS_WARN("shared cache %s: down (%s %s: %s); reads go to the store, "
+				  "trying it again every %d s",
+				  sh->name, op, key, res->error[0] ? res->error : "failed",
+				  SHARED_RETRY_S);
+		else
+			MCFS_WARN("shared cache %s: refuses writes (%s %s: %s); blocks are read "
+				  "from it but not added, trying again every %d s",
+				  sh->name, op, key, res->error[0] ? res->error : "failed",
+				  SHARED_RETRY_S);
+	} else if (t == T_PROBE) {
+		atomic_store(&h->retry_ns, now + SHARED_RETRY_S * NS_PER_S);
+		MCFS_DEBUG("shared cache %s: %s still down (%s %s: %s)", sh->name, h->what, op, key,
+			   res->error);
+	}
+	if (t == T_PROBE)
+		atomic_store(&h->probing, false);
+	pthread_mutex_unlock(&sh->lock);
+}
+
+/* The service itself failed (no answer, a timeout, a 5xx), not refused one request. */
+static bool service_down(int rc, const struct remote_blob_res *res)
+{
+	/* no final status: nothing, or only "100 Continue", came back */
+	return rc == -EIO && (res->status < 200 || (res->status >= 500 && res->status != 507));
+}
+
+/* A write (@op on @key) failed: the whole tier down, or its writes refused. */
+static void write_failed(struct cache_shared *sh, enum ticket wt, int rc, const char *op,
+			 const char *key, const struct remote_blob_res *res)
+{
+	if (service_down(rc, res)) {
+		went_wrong(sh, &sh->rd, T_NORMAL, op, key, res);
+		release(&sh->wr, wt);
+	} else {
+		went_wrong(sh, &sh->wr, wt, op, key, res);
+	}
+}
+
+/* ---- small helpers ------------------------------------------------------ */
+
+/* A deadline @s seconds from now on CLOCK_MONOTONIC, for a timed wait. */
+static struct timespec deadline_in(double s)
+{
+	struct timespec ts;
+	long ns;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	ns = ts.tv_nsec + (long)((s - (double)(long)s) * 1e9);
+	ts.tv_sec += (long)s + ns / 1000000000;
+	ts.tv_nsec = ns % 1000000000;
+	return ts;
+}
+
+/*
+ * Sleeps @ms, or less if the cache stops. Returns true if it is stopping.
+ * Sleeps on sh->stop_cond (sh->lock) until the time passes or stopping.
+ */
+static bool pause_ms(struct cache_shared *sh, unsigned ms)
+{
+	struct timespec ts = deadline_in(ms / 1000.0);
+	bool stop;
+
+	pthread_mutex_lock(&sh->lock);
+	while (!atomic_load(&sh->stopping) &&
+	       pthread_cond_timedwait(&sh->stop_cond, &sh->lock, &ts) == 0)
+		;
+	stop = atomic_load(&sh->stopping);
+	pthread_mutex_unlock(&sh->lock);
+	return stop;
+}
+
+/* Feeds a small request's latency into settle_us (an average of the last few). */
+static void note_latency(struct cache_shared *sh, unsigned long long t0)
+{
+	unsigned us = (unsigned)MCFS_MIN((mcfs_now_ns() - t0) / 1000, 10ull * SETTLE_MAX_US);
+	unsigned old = atomic_load_explicit(&sh->settle_us, memory_order_relaxed);
+	unsigned v = (old * 7 + 2 * us) / 8;
+
+	atomic_store_explicit(&sh->settle_us, MCFS_MAX(SETTLE_MIN_US, MCFS_MIN(SETTLE_MAX_US, v)),
+			      memory_order_relaxed);
+}
+
+static uint64_t wall_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_REALTIME, &ts);
+	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+/* ---- reads -------------------------------------------------------------- */
+
+/* One GET of the block, verified; health and counters kept. */
+static enum cache_shared_got get_block(struct cache_shared *sh, enum ticket t, const char *key,
+				       const struct cache_shared_block *blk, void *buf)
+{
+	unsigned char tr[CACHE_SHARED_TRAILER];
+	struct remote_blob_res res;
+	const char *why = NULL;
+	int rc;
+
+	rc = remote_blob_get(sh->blob, key, buf, blk->len, tr, sizeof(tr), &res);
+	if (rc == 0)
+		rc = cache_shared_verify(key, buf, blk->len, tr, &why);
+	else if (rc == -EBADMSG)
+		why = "its size is not the block's and trailer's: truncated, or not a block";
+	if (rc == 0 || rc == -ENOENT || rc == -EBADMSG)
+		went_well(sh, &sh->rd, t);
+	if (rc == 0) {
+		count(&sh->read_bytes, blk->len);
+		return CACHE_SHARED_HIT;
+	}
+	if (rc == -ENOENT)
+		return CACHE_SHARED_MISS;
+	if (rc == -EBADMSG) {
+		count(&sh->corrupt, 1);
+		MCFS_WARN("shared cache %s%s (block %" PRIu64 " of %s): refused, %s; fetching it "
+			  "from the store and writing it over",
+			  sh->name, key, blk->index, blk->path, why);
+		return CACHE_SHARED_BAD;
+	}
+	went_wrong(sh, &sh->rd, t, "GET", key, &res);
+	return CACHE_SHARED_SKIP;
+}
+
+/*
+ * Reads the lease @lkey: 0 with *mine (ours) and *held (someone's, younger
+ * than shared_wait, not released), -ENOENT, or -EIO / -ENOTCONN (the tier
+ * failed or is down).
+ */
+static int read_lease(struct cache_shared *sh, const char *lkey, bool *mine, bool *held)
+{
+	char body[LEASE_MAX + 1], node[96], state[16] = "";
+	unsigned long long t0 = mcfs_now_ns(), ms = 0;
+	uint64_t now = wall_ms(), wait_ms = (uint64_t)(sh->wait_s * 1000);
+	struct remote_blob_res res;
+	enum ticket t = begin(&sh->rd);
+	size_t n;
+	int rc;
+
+	*mine = *held = false;
+	if (t == T_NONE)
+		return -ENOTCONN;
+	rc = remote_blob_get_small(sh->blob, lkey, body, LEASE_MAX, &n, &res);
+	note_latency(sh, t0);
+	if (rc != 0 && rc != -ENOENT && rc != -EBADMSG) {
+		went_wrong(sh, &sh->rd, t, "GET", lkey, &res);
+		return -EIO;
+	}
+	went_well(sh, &sh->rd, t);
+	if (rc == -ENOENT)
+		return rc;
+	body[rc == 0 ? n : 0] = '\0';
+	/* a lease we cannot read is nobody's: take it over */
+	if (sscanf(body, "%95s %llu %15s", node, &ms, state) < 2)
+		return 0;
+	*mine = strcmp(node, sh->node) == 0;
+	*held = ms + wait_ms > now && ms < now + wait_ms && strcmp(state, "released") != 0;
+	return 0;
+}
+
+/* Writes our lease @lkey, or (@released) gives it back. 0, or -errno. */
+static int write_lease(struct cache_shared *sh, const char *lkey, bool released)
+{
+	char body[LEASE_MAX];
+	unsigned long long t0 = mcfs_now_ns();
+	struct remote_blob_res res;
+	enum ticket t;
+	int n, rc;
+
+	if (atomic_load(&sh->rd.state) != H_UP)
+		return -ENOTCONN;
+	t = begin(&sh->wr);
+	if (t == T_NONE)
+		return -ENOTCONN;
+	n = snprintf(body, sizeof(body), "%s %" PRIu64 "%s\n", sh->node, wall_ms(),
+		     released ? " released" : "");
+	rc = remote_blob_put(sh->blob, lkey, body, (size_t)n, NULL, 0, &res);
+	note_latency(sh, t0);
+	if (rc < 0) {
+		write_failed(sh, t, rc, "PUT", lkey, &res);
+		return rc;
+	}
+	went_well(sh, &sh->wr, t);
+	return 0;
+}
+
+/*
+ * Writes our lease, lets racing writers land theirs, reads it back: 1 if it
+ * is ours (this node fetches the block), 0 if another node's, -errno.
+ */
+static int claim(struct cache_shared *sh, const char *lkey)
+{
+	bool mine, held;
+	int rc = write_lease(sh, lkey, false);
+
+	if (rc < 0)
+		return rc;
+	if (pause_ms(sh, atomic_load_explicit(&sh->settle_us, memory_order_relaxed) / 1000))
+		return 1;
+	rc = read_lease(sh, lkey, &mine, &held);
+	if (rc < 0)
+		return rc == -ENOENT ? 1 : rc;
+	return mine || !held;
+}
+
+/*
+ * Polls for a block another node is fetching, up to shared_wait. Every few
+ * polls it looks at the lease: one given back (its node could not write the
+ * block) or expired is claimed again, so that one waiter, not all, goes to
+ * the store.
+ *
+ * Polls cost the shared service a request each, and every waiting fetch
+ * thread of every node polls: measured with 4 nodes on 2 cores
+ * (tests/bench/bench_shared.py), they were most of Swift's work. So the
+ * first look comes after half the time recent waits took, and the next ones
+ * twice as far apart each, up to POLL_MAX_MS: about two looks per wait.
+ */
+static enum cache_shared_got await_block(struct cache_shared *sh, const char *key, const char *lkey,
+					 const struct cache_shared_block *blk, void *buf)
+{
+	unsigned long long deadline = mcfs_now_ns() + (unsigned long long)(sh->wait_s * 1e9);
+	unsigned long long t0 = mcfs_now_ns();
+	unsigned ms, polls = 0, avg = atomic_load_explicit(&sh->waited_ms, memory_order_relaxed);
+	enum cache_shared_got got;
+	bool mine, held;
+	enum ticket t;
+
+	ms = MCFS_MAX(POLL_FIRST_MS, MCFS_MIN(avg / 2, POLL_MAX_MS));
+	for (;;) {
+		if (pause_ms(sh, ms))
+			return CACHE_SHARED_MISS; /* stopping: the store, without waiting */
+		t = begin(&sh->rd);
+		if (t == T_NONE)
+			return CACHE_SHARED_SKIP;
+		got = get_block(sh, t, key, blk, buf);
+		if (got == CACHE_SHARED_HIT) {
+			count(&sh->waits, 1);
+			atomic_store_explicit(
+			    &sh->waited_ms,
+			    (avg * 3 + (unsigned)((mcfs_now_ns() - t0) / 1000000)) / 4,
+			    memory_order_relaxed);
+		}
+		if (got != CACHE_SHARED_MISS)
+			return got;
+		if (mcfs_now_ns() >= deadline) {
+			count(&sh->wait_timeouts, 1);
+			MCFS_DEBUG("shared cache %s%s: not written within shared_wait (%.1f s); "
+				   "fetching it from the store",
+				   sh->name, key, sh->wait_s);
+			return CACHE_SHARED_MISS;
+		}
+		if (++polls % LEASE_LOOK_EVERY == 0 && read_lease(sh, lkey, &mine, &held) == 0 &&
+		    !held && claim(sh, lkey) == 1)
+			return CACHE_SHARED_OWNED;
+		ms = MCFS_MIN(ms * 2, POLL_MAX_MS);
+	}
+}
+
+/* After a miss: who fetches the block, this node (OWNED or MISS) or another (we wait)? */
+static enum cache_shared_got take_lease(struct cache_shared *sh, const char *key,
+					const struct cache_shared_block *blk, void *buf)
+{
+	char lkey[CACHE_SHARED_KEY_MAX + sizeof(LEASE_SUFFIX)];
+	bool mine, held;
+	int rc;
+
+	snprintf(lkey, sizeof(lkey), "%s" LEASE_SUFFIX, key);
+	rc = read_lease(sh, lkey, &mine, &held);
+	if (rc < 0 && rc != -ENOENT)
+		return CACHE_SHARED_MISS;
+	if (rc == 0 && held)
+		return mine ? CACHE_SHARED_OWNED : await_block(sh, key, lkey, blk, buf);
+	rc = claim(sh, lkey);
+	if (rc < 0)
+		return CACHE_SHARED_MISS;
+	return rc == 1 ? CACHE_SHARED_OWNED : await_block(sh, key, lkey, blk, buf);
+}
+
+enum cache_shared_got cache_shared_get(struct cache_shared *sh,
+				       const struct cache_shared_block *blk, void *buf)
+{
+	char key[CACHE_SHARED_KEY_MAX];
+	enum cache_shared_got got;
+	enum ticket t;
+
+	if (cache_shared_key(sh->store, sh->bs, blk, key, sizeof(key)) < 0)
+		return CACHE_SHARED_SKIP;
+	t = begin(&sh->rd);
+	if (t == T_NONE)
+		return CACHE_SHARED_SKIP;
+	got = get_block(sh, t, key, blk, buf);
+	if (got == CACHE_SHARED_MISS && sh->wait_s > 0)
+		got = take_lease(sh, key, blk, buf);
+	if (got == CACHE_SHARED_HIT)
+		count(&sh->hits, 1);
+	else if (got != CACHE_SHARED_SKIP)
+		count(&sh->misses, 1);
+	return got;
+}
+
+/* ---- writes ------------------------------------------------------------- */
+
+static void write_one(struct cache_shared *sh, const struct put_job *j)
+{
+	unsigned char tr[CACHE_SHARED_TRAILER];
+	struct remote_blob_res res;
+	uint64_t size = 0;
+	enum ticket t;
+	int rc;
+
+	t = atomic_load(&sh->rd.state) == H_UP ? begin(&sh->wr) : T_NONE;
+	if (t == T_NONE) {
+		count(&sh->put_drops, 1);
+		return;
+	}
+	if (j->check) {
+		rc = remote_blob_head(sh->blob, j->key, &size, &res);
+		if (rc == 0 && size == (uint64_t)j->len + CACHE_SHARED_TRAILER) {
+			count(&sh->put_skips, 1);
+			went_well(sh, &sh->wr, t);
+			return;
+		}
+		if (rc < 0 && rc != -ENOENT && service_down(rc, &res)) {
+			count(&sh->put_drops, 1);
+			write_failed(sh, t, rc, "HEAD", j->key, &res);
+			return;
+		}
+	}
+	cache_shared_trailer(j->key, j->data, j->len, tr);
+	rc = remote_blob_put(sh->blob, j->key, j->data, j->len, tr, sizeof(tr), &res);
+	if (rc < 0) {
+		count(&sh->put_drops, 1);
+		write_failed(sh, t, rc, "PUT", j->key, &res);
+		return;
+	}
+	count(&sh->puts, 1);
+	count(&sh->put_bytes, j->len);
+	went_well(sh, &sh->wr, t);
+}
+
+static void *writer_thread(void *arg)
+{
+	struct cache_shared *sh = arg;
+	struct put_job j; /* the job, copied out of the ring before the lock is dropped */
+
+	pthread_setname_np(pthread_self(), "mcfs-shput");
+	pthread_mutex_lock(&sh->lock);
+	for (;;) {
+		/* Sleeps on sh->work (sh->lock) until a job is queued or closing. */
+		while (!sh->closing && sh->qn == 0)
+			pthread_cond_wait(&sh->work, &sh->lock);
+		if (sh->qn == 0)
+			break; /* closing, and the queue is written */
+		j = sh->q[sh->qhead];
+		sh->qhead = (sh->qhead + 1) % sh->qmax;
+		sh->qn--;
+		sh->writing++;
+		pthread_cond_signal(&sh->room);
+		pthread_mutex_unlock(&sh->lock);
+		write_one(sh, &j);
+		sh->done(sh->ctx, j.arg);
+		pthread_mutex_lock(&sh->lock);
+		sh->writing--;
+	}
+	pthread_mutex_unlock(&sh->lock);
+	return NULL;
+}
+
+/*
+ * Waits for room in the queue, up to shared_timeout: for a block whose lease
+ * this node holds, other nodes are waiting; dropping it would send each of
+ * them to the store. Called (and returns) with sh->lock held; the caller's
+ * readers were answered before. Sleeps on sh->room (sh->lock) until a writer
+ * takes a job, the tier closes, or the time is up.
+ */
+static void wait_for_room(struct cache_shared *sh)
+{
+	struct timespec ts = deadline_in(sh->timeout_s);
+
+	while (!sh->closing && sh->qn == sh->qmax &&
+	       pthread_cond_timedwait(&sh->room, &sh->lock, &ts) == 0)
+		;
+}
+
+int cache_shared_put(struct cache_shared *sh, const struct cache_shared_block *blk,
+		     const void *data, enum cache_shared_got got, void *arg)
+{
+	char key[CACHE_SHARED_KEY_MAX], lkey[CACHE_SHARED_KEY_MAX + sizeof(LEASE_SUFFIX)];
+	struct put_job *j;
+
+	if (atomic_load(&sh->rd.state) != H_UP ||
+	    (atomic_load(&sh->wr.state) == H_DOWN &&
+	     mcfs_now_ns() < atomic_load(&sh->wr.retry_ns)) ||
+	    cache_shared_key(sh->store, sh->bs, blk, key, sizeof(key)) < 0) {
+		count(&sh->put_drops, 1);
+		return -ENOTCONN;
+	}
+	pthread_mutex_lock(&sh->lock);
+	if (got == CACHE_SHARED_OWNED && sh->qn == sh->qmax)
+		wait_for_room(sh);
+	if (sh->closing || sh->qn == sh->qmax) {
+		pthread_mutex_unlock(&sh->lock);
+		count(&sh->put_drops, 1);
+		if (got == CACHE_SHARED_OWNED) {
+			/* give the lease back: a waiting node claims it, not all of them
+			 * time out and go to the store */
+			snprintf(lkey, sizeof(lkey), "%s" LEASE_SUFFIX, key);
+			(void)write_lease(sh, lkey, true); /* failing, it expires */
+		}
+		return -EAGAIN;
+	}
+	j = &sh->q[(sh->qhead + sh->qn) % sh->qmax];
+	memcpy(j->key, key, sizeof(key));
+	j->data = data;
+	j->len = blk->len;
+	j->check = got == CACHE_SHARED_MISS;
+	j->arg = arg;
+	sh->qn++;
+	pthread_cond_signal(&sh->work);
+	pthread_mutex_unlock(&sh->lock);
+	return 0;
+}
+
+/* ---- life --------------------------------------------------------------- */
+
+/* "host-0123456789abcdef": tells this daemon from others, also on one host. */
+static void make_node_id(char *out, size_t len)
+{
+	char host[64] = "node";
+	uint64_t r;
+
+	if (getrandom(&r, sizeof(r), 0) != sizeof(r))
+		r = mcfs_now_ns() ^ ((uint64_t)getpid() << 32);
+	if (gethostname(host, sizeof(host)) < 0)
+		snprintf(host, sizeof(host), "node");
+	host[sizeof(host) - 1] = '\0';
+	snprintf(out, len, "%.60s-%016" PRIx64, host, r);
+}
+
+/* Checks the service at mount: an error fails the mount, no answer leaves it down. */
+static int probe(struct cache_shared *sh, const struct cfg *cfg)
+{
+	struct remote_blob_res res;
+	int rc = remote_blob_probe(sh->blob, &res);
+
+	if (rc == -EACCES) {
+		MCFS_ERR("shared cache %s refused our requests (%s): check shared_access_key and "
+			 "shared_secret_key (or shared_profile, or the AWS environment), and that "
+			 "they may read and write the bucket; or mount without shared_cache",
+			 sh->name, res.error[0] ? res.error : "HTTP 403");
+		return rc;
+	}
+	if (rc == -ENOENT) {
+		MCFS_ERR("shared cache %s: no such bucket at %s (create it, or fix shared_cache "
+			 "or shared_endpoint)",
+			 sh->name, cfg->shared_endpoint[0] ? cfg->shared_endpoint : "the endpoint");
+		return rc;
+	}
+	if (rc < 0) {
+		MCFS_WARN("shared cache %s: not reachable (%s); reads go to the store, trying it "
+			  "again every %d s",
+			  sh->name, res.error[0] ? res.error : "no answer", SHARED_RETRY_S);
+		atomic_store(&sh->rd.state, H_DOWN);
+		sh->rd.since_ns = mcfs_now_ns();
+		atomic_store(&sh->rd.retry_ns, sh->rd.since_ns + SHARED_RETRY_S * NS_PER_S);
+		return 0;
+	}
+	MCFS_INFO("shared cache %s: up (%u writes queued at most; waits up to %g s for blocks "
+		  "other nodes fetch)",
+		  sh->name, sh->qmax, sh->wait_s);
+	return 0;
+}
+
+static void free_shared(struct cache_shared *sh)
+{
+	remote_blob_close(sh->blob);
+	pthread_mutex_destroy(&sh->lock);
+	pthread_cond_destroy(&sh->work);
+	pthread_cond_destroy(&sh->stop_cond);
+	pthread_cond_destroy(&sh->room);
+	free(sh->q);
+	free(sh);
+}
+
+int cache_shared_open(const struct cfg *cfg, const char *store, uint64_t bs, unsigned queue_max,
+		      void (*done)(void *ctx, void *arg), void *ctx, struct cache_shared **out)
+{
+	struct cache_shared *sh = calloc(1, sizeof(*sh));
+	pthread_condattr_t ca;
+	unsigned i;
+	int rc;
+
+	if (!sh)
+		return -ENOMEM;
+	snprintf(sh->store, sizeof(sh->store), "%s", store);
+	sh->bs = bs;
+	sh->wait_s = cfg->shared_wait;
+	sh->timeout_s = cfg->shared_timeout;
+	sh->done = done;
+	sh->ctx = ctx;
+	sh->qmax = MCFS_MAX(1, queue_max);
+	sh->rd.what = "reads";
+	sh->wr.what = "writes";
+	atomic_store(&sh->settle_us, 2 * SETTLE_MIN_US);
+	atomic_store(&sh->waited_ms, 2 * POLL_FIRST_MS);
+	make_node_id(sh->node, sizeof(sh->node));
+	pthread_mutex_init(&sh->lock, NULL);
+	pthread_cond_init(&sh->work, NULL);
+	pthread_condattr_init(&ca);
+	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+	pthread_cond_init(&sh->stop_cond, &ca);
+	pthread_cond_init(&sh->room, &ca);
+	pthread_condattr_destroy(&ca);
+	sh->q = calloc(sh->qmax, sizeof(*sh->q));
+	rc = sh->q ? remote_blob_open(cfg, &sh->blob) : -ENOMEM;
+	if (rc == 0) {
+		sh->name = remote_blob_name(sh->blob);
+		rc = probe(sh, cfg);
+	}
+	for (i = 0; rc == 0 && i < MCFS_MIN(SHARED_WRITERS, sh->qmax); i++) {
+		rc = -pthread_create(&sh->writers[i], NULL, writer_thread, sh);
+		if (rc == 0)
+			sh->nwriters++;
+	}
+	if (rc < 0) {
+		cache_shared_close(sh);
+		return rc;
+	}
+	*out = sh;
+	return 0;
+}
+
+void cache_shared_stop(struct cache_shared *sh)
+{
+	if (!sh)
+		return;
+	pthread_mutex_lock(&sh->lock);
+	atomic_store(&sh->stopping, true);
+	pthread_cond_broadcast(&sh->stop_cond);
+	pthread_mutex_unlock(&sh->lock);
+}
+
+void cache_shared_close(struct cache_shared *sh)
+{
+	unsigned i;
+
+	if (!sh)
+		return;
+	cache_shared_stop(sh);
+	pthread_mutex_lock(&sh->lock);
+	sh->closing = true;
+	pthread_cond_broadcast(&sh->work);
+	pthread_cond_broadcast(&sh->room);
+	pthread_mutex_unlock(&sh->lock);
+	for (i = 0; i < sh->nwriters; i++)
+		pthread_join(sh->writers[i], NULL);
+	free_shared(sh);
+}
+
+static uint64_t load(atomic_uint_fast64_t *c)
+{
+	return atomic_load_explicit(c, memory_order_relaxed);
+}
+
+void cache_shared_get_stats(struct cache_shared *sh, struct cache_stats *out)
+{
+	if (!sh) {
+		out->shared_state = 0;
+		return;
+	}
+	out->shared_state = atomic_load(&sh->rd.state) == H_DOWN   ? 2
+			    : atomic_load(&sh->wr.state) == H_DOWN ? 3
+								   : 1;
+	out->shared_hits = load(&sh->hits);
+	out->shared_misses = load(&sh->misses);
+	out->shared_read_bytes = load(&sh->read_bytes);
+	out->shared_waits = load(&sh->waits);
+	out->shared_wait_timeouts = load(&sh->wait_timeouts);
+	out->shared_puts = load(&sh->puts);
+	out->shared_put_bytes = load(&sh->put_bytes);
+	out->shared_put_skips = load(&sh->put_skips);
+	out->shared_put_drops = load(&sh->put_drops);
+	out->shared_corrupt = load(&sh->corrupt);
+	out->shared_errors = load(&sh->errors);
+	pthread_mutex_lock(&sh->lock);
+	out->shared_queued = sh->qn + sh->writing;
+	pthread_mutex_unlock(&sh->lock);
+}

@@ -1,0 +1,139 @@
+/*
+ * shared.h - the shared block tier: blocks kept in an S3 bucket that the
+ * nodes of a cluster share (-o shared_cache=s3://bucket[/prefix]), asked
+ * after the local tiers (RAM, disk) and before the store.
+ *
+ * Contracts:
+ *  - Only whole blocks, each an object named after the store's identity, the
+ *    file's path, version and size, the block size and the index
+ *    (cache_shared_key()), stored as the block's bytes and a 32-byte trailer
+ *    (magic, length, the name's hash, XXH3-64 of the bytes). A block is
+ *    served only if the object has exactly that size and the trailer checks
+ *    out (cache_shared_verify()); anything else is counted as corrupt, logged,
+ *    fetched from the store and written over.
+ *  - Reads never wait on a sick tier for long: one attempt per request,
+ *    bounded by shared_timeout. A failure takes the tier down (one log line);
+ *    while down, no request is sent (reads go to the store) but one probe
+ *    every SHARED_RETRY seconds, whose success brings it up (one line). A
+ *    tier that refuses writes (full, read-only credentials) still serves
+ *    reads, and has its own up/down for writes.
+ *  - Writes (cache_shared_put()) go through a bounded queue to writer
+ *    threads, after the block's readers were answered. A full queue drops
+ *    the block (counted), but for a block whose lease this node holds (other
+ *    nodes wait for it): that one waits up to shared_timeout for room, and
+ *    if dropped all the same, its lease is given back.
+ *  - Leases (shared_wait > 0): of the nodes that miss a block at once, one
+ *    fetches it from the store and writes it; the others wait for it in the
+ *    shared cache, up to shared_wait seconds, then fetch it themselves. The
+ *    lease is an object beside the block, last writer wins: best effort,
+ *    so a race costs a duplicate store read, never a wrong byte.
+ *
+ * Lock: sh->lock (private) guards the write queue and the state changes; a
+ * leaf, never held across a request or the done callback. The counters are
+ * relaxed atomics. Callers may hold no lock of theirs while calling in.
+ */
+#ifndef MCFS_CACHE_SHARED_H
+#define MCFS_CACHE_SHARED_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "cfg.h"
+#include "counters.h"
+#include "mcfs.h"
+
+struct cache_shared;
+struct cache_stats;
+
+/* Bytes after the block in its object: magic, length, name hash, checksum. */
+#define CACHE_SHARED_TRAILER 32
+/* Longest object name we make (an S3 key may be 1024 bytes; the prefix adds to it). */
+#define CACHE_SHARED_KEY_MAX 384
+
+/* One block, as the shared tier names it. Borrowed for the call. */
+struct cache_shared_block {
+	const char *path;    /* the file, relative to the store's root */
+	const char *version; /* its version (ETag, or size-mtime-inode) */
+	uint64_t size;	     /* its size in bytes */
+	uint64_t index;	     /* the block's number in the file */
+	uint32_t len;	     /* the block's bytes: block_size, less for the last */
+};
+
+/*
+ * Names @blk's object (relative to the bucket's prefix) into @out:
+ * "mcfs1/STORE/SLUG-HASH/BS-INDEX", STORE being cache_store_dir_name()'s
+ * name of the store, SLUG the file name's last 40 characters at most ('_'
+ * for all but [A-Za-z0-9._-]), HASH 32 hex digits of XXH3-128 over the
+ * path, version and size, BS the block size as typed ("8M"). Only
+ * [A-Za-z0-9._-/] appear: safe as an S3 key. Returns 0, -ENAMETOOLONG or
+ * -ENOMEM.
+ */
+MCFS_MUST_CHECK int cache_shared_key(const char *store, uint64_t bs,
+				     const struct cache_shared_block *blk, char *out,
+				     size_t outlen);
+
+/* Writes the trailer of @len bytes at @data stored as @key into @out. Can't fail. */
+void cache_shared_trailer(const char *key, const void *data, uint32_t len,
+			  unsigned char out[CACHE_SHARED_TRAILER]);
+
+/*
+ * Checks @trailer against @len bytes at @data stored as @key. Returns 0, or
+ * -EBADMSG with *why (static text) saying what did not match.
+ */
+MCFS_MUST_CHECK int cache_shared_verify(const char *key, const void *data, uint32_t len,
+					const unsigned char trailer[CACHE_SHARED_TRAILER],
+					const char **why);
+
+/* What a get found, and so what the caller does after fetching from the store. */
+enum cache_shared_got {
+	CACHE_SHARED_SKIP,  /* not asked (down): fetch from the store, write nothing */
+	CACHE_SHARED_HIT,   /* the block is in the buffer, verified */
+	CACHE_SHARED_MISS,  /* not there: fetch, then write it (if still absent) */
+	CACHE_SHARED_OWNED, /* not there, and this node holds its lease: fetch, write */
+	CACHE_SHARED_BAD,   /* a corrupt copy: fetch, then write it over */
+};
+
+/*
+ * Opens the tier at cfg->shared_cache for a store named @store (borrowed for
+ * the call; see cache_shared_key()) with blocks of @bs bytes, and starts its
+ * writer threads. @done(@ctx, arg) is called once for each put accepted,
+ * after it was written or dropped. @queue_max bounds the write queue.
+ * Checks the bucket and the credentials first: returns -EACCES (refused) or
+ * -ENOENT (no such bucket), both logged as errors, which fail the mount; a
+ * service that does not answer leaves the tier down (a warning), tried again
+ * later. Returns 0 with *out set, or a negative errno.
+ */
+MCFS_MUST_CHECK int cache_shared_open(const struct cfg *cfg, const char *store, uint64_t bs,
+				      unsigned queue_max, void (*done)(void *ctx, void *arg),
+				      void *ctx, struct cache_shared **out);
+
+/* Ends waits for other nodes' blocks now (the cache is stopping). Can't fail. */
+void cache_shared_stop(struct cache_shared *sh);
+
+/* Writes what is queued (or drops it if the tier is down), calls every
+ * pending done, stops the writers and frees the tier. NULL is ignored. */
+void cache_shared_close(struct cache_shared *sh);
+
+/*
+ * Looks for @blk (a whole block) and, when found and verified, puts its
+ * blk->len bytes in @buf. May wait up to shared_wait for another node's
+ * fetch of it. @buf must hold blk->len bytes. Returns what it found.
+ */
+enum cache_shared_got cache_shared_get(struct cache_shared *sh,
+				       const struct cache_shared_block *blk, void *buf);
+
+/*
+ * Queues a write of @blk's bytes at @data (borrowed until done(ctx, @arg)),
+ * after a get answered @got (MISS, OWNED or BAD). Returns 0 (queued: done
+ * will be called), -EAGAIN (the queue is full; dropped and counted) or
+ * -ENOTCONN (the tier is down or refuses writes). With OWNED, a full queue
+ * is waited on up to shared_timeout first.
+ */
+MCFS_MUST_CHECK int cache_shared_put(struct cache_shared *sh, const struct cache_shared_block *blk,
+				     const void *data, enum cache_shared_got got, void *arg);
+
+/* The tier's counters into the shared_* rows of @out (all 0 with @sh NULL). */
+void cache_shared_get_stats(struct cache_shared *sh, struct cache_stats *out);
+
+#endif

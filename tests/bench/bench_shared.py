@@ -1,0 +1,356 @@
+#!/usr/bin/env python3
+"""bench_shared.py - the size of the shared block cache's win (issue 15), measured.
+
+A simulated cluster on one machine: N nodes, each an mcfs daemon with its own
+RAM tier (no disk tier) in its own network namespace, joined to the servers by
+a veth pair on a bridge that this script creates (and removes at exit, as it
+does the namespaces, the mounts and the servers). One origin, nginx with an
+access log; one shared cache, OpenStack Swift with s3api, as in the tests.
+
+For each N, without and then with the shared cache (a fresh prefix each time):
+the model (a few shards of random bytes) is loaded on all N nodes at once,
+then on one new node after them. Printed, one table: the bytes the origin sent
+(nginx's access log) and the wall time of each phase, and the CPU seconds that
+Swift, nginx and the daemons used in it, which says where the time went on a
+small machine.
+
+    sudo python3 tests/bench/bench_shared.py                    # 4 GiB, N = 1, 2, 4, 8
+    sudo python3 tests/bench/bench_shared.py --size 1G --nodes 1,2
+    sudo python3 tests/bench/bench_shared.py --shared-timeout 30   # a CPU-starved Swift
+
+On a 2-CPU machine Swift answers some requests slower than the default 2 s
+shared_timeout once 4 or more nodes load at once: those nodes then count the
+cache as down and read from the origin (docs/benchmarks.md has both runs).
+
+Needs root (namespaces, FUSE), iproute2, nsenter, nginx, Swift and a built mcfs
+(MCFS_BIN or build/fs/mcfs). The daemons enter only the namespace's network
+(nsenter --net), not `ip netns exec`'s private mount namespace, so that their
+mounts are seen (and read) from here.
+"""
+import argparse
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.join(ROOT, "tests"))
+from servers import SWIFT_KEY, SWIFT_SECRET, Nginx, Swift, have_nginx, have_swift  # noqa: E402
+
+MCFS = os.environ.get("MCFS_BIN", os.path.join(ROOT, "build", "fs", "mcfs"))
+GiB = 1 << 30
+MiB = 1 << 20
+TAG = str(os.getpid() % 100000)
+
+
+def sh(*cmd, check=True):
+    return subprocess.run(cmd, check=check, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+
+
+def parse_size(s):
+    m = re.fullmatch(r"(\d+)([KMG]?)", s.upper())
+    if not m:
+        raise argparse.ArgumentTypeError("a size like 4G or 512M: %r" % s)
+    return int(m.group(1)) << {"": 0, "K": 10, "M": 20, "G": 30}[m.group(2)]
+
+
+class Net:
+    """A bridge with the servers' address, and one namespace per node on it."""
+
+    def __init__(self, octet):
+        self.prefix = "10.%d.%d" % (200 + octet // 250, octet % 250)
+        self.host = self.prefix + ".1"
+        self.br = "mcfsbr" + TAG
+        self.nodes = []  # namespace names
+
+    def up(self):
+        sh("ip", "link", "add", self.br, "type", "bridge")
+        sh("ip", "addr", "add", self.host + "/24", "dev", self.br)
+        sh("ip", "link", "set", self.br, "up")
+
+    def add_node(self):
+        i = len(self.nodes)
+        ns, host_end, ns_end = "mcfsb%s-%d" % (TAG, i), "mvh%s_%d" % (TAG, i), "mvn%s_%d" % (TAG, i)
+        sh("ip", "netns", "add", ns)
+        self.nodes.append(ns)
+        sh("ip", "link", "add", host_end, "type", "veth", "peer", "name", ns_end)
+        sh("ip", "link", "set", ns_end, "netns", ns)
+        sh("ip", "link", "set", host_end, "master", self.br)
+        sh("ip", "link", "set", host_end, "up")
+        sh("ip", "-n", ns, "addr", "add", "%s.%d/24" % (self.prefix, 10 + i), "dev", ns_end)
+        sh("ip", "-n", ns, "link", "set", ns_end, "up")
+        sh("ip", "-n", ns, "link", "set", "lo", "up")
+        return ns
+
+    def down(self):
+        for ns in self.nodes:  # deleting a namespace deletes its veth pair
+            sh("ip", "netns", "del", ns, check=False)
+        self.nodes = []
+        sh("ip", "link", "del", self.br, check=False)
+
+
+def fuse_mounted(path):
+    with open("/proc/mounts") as f:
+        return any(ln.split()[1] == path and ln.split()[2].startswith("fuse") for ln in f)
+
+
+class Node:
+    """One mcfs daemon in its own network namespace."""
+
+    def __init__(self, ns, source, mnt, opts, log):
+        os.makedirs(mnt, exist_ok=True)
+        self.mnt, self.logpath = mnt, log
+        env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
+        with open(log, "w") as lf:
+            self.proc = subprocess.Popen(
+                ["nsenter", "--net=/run/netns/" + ns, MCFS, "mount", source, mnt, "-f", "-o",
+                 ",".join(opts)], stdout=lf, stderr=lf, env=env)
+        deadline = time.time() + 60
+        while not (fuse_mounted(mnt) and "mounted " in open(log).read()):
+            if self.proc.poll() is not None or time.time() > deadline:
+                raise RuntimeError("node did not mount:\n" + open(log).read())
+            time.sleep(0.05)
+
+    def stats(self):
+        raw = os.getxattr(self.mnt, "user.mcfs.stats").decode()
+        return {k: int(v) for k, v in (ln.split() for ln in raw.splitlines())}
+
+    def pids(self):
+        return [self.proc.pid]
+
+    def stop(self):
+        for cmd in (["fusermount3", "-u", self.mnt], ["umount", "-l", self.mnt]):
+            if fuse_mounted(self.mnt):
+                subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        try:
+            self.proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+
+
+def cpu_seconds(match):
+    """CPU seconds (user + system) of the processes for which match(pid, ppid, sid) is true."""
+    hz = os.sysconf("SC_CLK_TCK")
+    total = 0
+    for d in os.listdir("/proc"):
+        if not d.isdigit():
+            continue
+        try:
+            with open("/proc/%s/stat" % d) as f:
+                st = f.read()
+        except OSError:
+            continue
+        f = st[st.rindex(")") + 2:].split()
+        if match(int(d), int(f[1]), int(f[3])):
+            total += int(f[11]) + int(f[12])
+    return total / hz
+
+
+class Cluster:
+    def __init__(self, args):
+        self.args = args
+        self.work = os.path.abspath(args.workdir)
+        self.net = Net(os.getpid() % 1000)
+        self.nginx = self.swift = None
+        self.nodes = []
+        self.log = os.path.join(self.work, "access.log")
+
+    def start(self):
+        os.makedirs(self.work, exist_ok=True)
+        self.net.up()
+        self.nginx = Nginx(self.model_dir, workdir=os.path.join(self.work, "nginx"),
+                           access_log=self.log, host=self.net.host, autoindex=True).start()
+        shutil.rmtree(os.path.join(self.work, "swift"), ignore_errors=True)
+        self.swift = Swift(os.path.join(self.work, "swift"), workers=2,
+                           host=self.net.host).start()
+        self.swift.s3().create_bucket(Bucket="shared")
+
+    @property
+    def model_dir(self):
+        return os.path.join(self.work, "model")
+
+    def make_model(self):
+        """args.shards files of random bytes, args.size in all; kept between runs."""
+        os.makedirs(self.model_dir, exist_ok=True)
+        per = self.args.size // self.args.shards
+        self.files = []
+        for i in range(self.args.shards):
+            name = "model-%05d-of-%05d.safetensors" % (i + 1, self.args.shards)
+            path = os.path.join(self.model_dir, name)
+            if not os.path.exists(path) or os.path.getsize(path) != per:
+                with open(path, "wb") as f:
+                    for _ in range(per // (4 * MiB)):
+                        f.write(os.urandom(4 * MiB))
+                    f.write(os.urandom(per % (4 * MiB)))
+            self.files.append(name)
+        self.model_bytes = per * self.args.shards
+
+    def stop(self):
+        for n in self.nodes:
+            n.stop()
+        self.nodes = []
+        if self.swift:
+            self.swift.stop()
+        if self.nginx:
+            self.nginx.stop()
+        self.net.down()
+
+    def add_node(self, shared_prefix):
+        i = len(self.nodes)
+        opts = ["ram_cache=" + self.args.ram, "block_size=" + self.args.block, "cache_dir=",
+                "ram_prefault=false"]
+        if shared_prefix:
+            opts += ["shared_cache=s3://shared/" + shared_prefix,
+                     "shared_endpoint=" + self.swift.endpoint,
+                     "shared_access_key=" + SWIFT_KEY, "shared_secret_key=" + SWIFT_SECRET,
+                     "shared_timeout=%g" % self.args.shared_timeout]
+        ns = self.net.nodes[i] if i < len(self.net.nodes) else self.net.add_node()
+        n = Node(ns, self.nginx.url, os.path.join(self.work, "mnt", str(i)), opts,
+                 os.path.join(self.work, "node%d.log" % i))
+        self.nodes.append(n)
+        return n
+
+    def origin_bytes(self, since):
+        """Bytes of GET answers nginx logged after offset @since of its log."""
+        total = 0
+        with open(self.log) as f:
+            f.seek(since)
+            for ln in f:
+                p = ln.split('"')
+                if len(p) > 2 and p[1].startswith("GET "):
+                    total += int(p[2].split()[1])
+        return total
+
+    def cpu(self, nodes):
+        sids = {p.pid for p in self.swift.procs.values()}
+        sw = cpu_seconds(lambda pid, ppid, sid: sid in sids)
+        ng = cpu_seconds(lambda pid, ppid, sid: pid == self.nginx.pid or ppid == self.nginx.pid)
+        pids = {p for n in nodes for p in n.pids()}
+        mc = cpu_seconds(lambda pid, ppid, sid: pid in pids or ppid in pids)
+        return sw, ng, mc
+
+    def load(self, nodes):
+        """Reads every shard through each of @nodes, all nodes at once (a reader per
+        node, shard after shard). Returns (wall seconds, origin bytes, cpu deltas)."""
+        since = os.path.getsize(self.log)
+        cpu0 = self.cpu(self.nodes)
+        errors = []
+
+        def read_all(n):
+            for name in self.files:
+                r = subprocess.run(["dd", "if=" + os.path.join(n.mnt, name), "of=/dev/null",
+                                    "bs=4M"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+                if r.returncode != 0:
+                    errors.append(r.stderr.decode())
+
+        ts = [threading.Thread(target=read_all, args=(n,)) for n in nodes]
+        t0 = time.time()
+        for t in ts:
+            t.start()
+        for t in ts:
+            t.join()
+        wall = time.time() - t0
+        if errors:
+            raise RuntimeError("reads failed: %s" % errors[:3])
+        time.sleep(0.2)  # nginx writes its log line after the answer
+        cpu1 = self.cpu(self.nodes)
+        return wall, self.origin_bytes(since), tuple(b - a for a, b in zip(cpu0, cpu1))
+
+    def run(self, n, shared):
+        """One row pair: n nodes at once, then a new node, with or without the shared cache."""
+        prefix = "run-%d-%d" % (n, int(time.time())) if shared else None
+        nodes = [self.add_node(prefix) for _ in range(n)]
+        rows = []
+        wall, origin, cpu = self.load(nodes)
+        rows.append((n, shared, "%d at once" % n, origin, wall, cpu, self.counters(nodes)))
+        if shared:  # what the nodes still write is the new node's to find
+            deadline = time.time() + 120
+            while time.time() < deadline and any(x.stats()["shared_queued"] for x in nodes):
+                time.sleep(0.2)
+        late = self.add_node(prefix)
+        wall, origin, cpu = self.load([late])
+        rows.append((n, shared, "new node after", origin, wall, cpu, self.counters([late])))
+        for x in self.nodes:
+            x.stop()
+        self.nodes = []
+        return rows
+
+    @staticmethod
+    def counters(nodes):
+        keys = ("shared_hits", "shared_waits", "shared_wait_timeouts", "shared_puts",
+                "shared_put_drops", "shared_errors")
+        sums = {k: 0 for k in keys}
+        for x in nodes:
+            st = x.stats()
+            for k in keys:
+                sums[k] += st.get(k, 0)
+        return sums
+
+
+def print_table(rows, model_bytes, args):
+    print()
+    print("Model: %.2f GiB in %d shards; nodes: ram_cache=%s, block_size=%s, no disk tier; "
+          "shared_timeout=%gs" % (model_bytes / GiB, args.shards, args.ram, args.block,
+                                  args.shared_timeout))
+    print()
+    print("| N | shared cache | phase | origin GiB | x model | wall s | MiB/s per node | "
+          "CPU s: Swift / nginx / mcfs | shared hits / waits / timeouts / puts / drops / errors |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for n, shared, phase, origin, wall, cpu, ctr in rows:
+        print("| %d | %s | %s | %.2f | %.2f | %.1f | %.0f | %.1f / %.1f / %.1f | %s |" % (
+            n, "yes" if shared else "no", phase, origin / GiB, origin / model_bytes, wall,
+            model_bytes / MiB / wall, cpu[0], cpu[1], cpu[2],
+            "%d / %d / %d / %d / %d / %d" % tuple(ctr[k] for k in (
+                "shared_hits", "shared_waits", "shared_wait_timeouts", "shared_puts",
+                "shared_put_drops", "shared_errors")) if shared else "-"))
+    sys.stdout.flush()
+
+
+def on_term(signum, frame):
+    raise KeyboardInterrupt  # the finally of main() takes everything down
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--size", type=parse_size, default=4 * GiB, help="model size (4G)")
+    ap.add_argument("--shards", type=int, default=4, help="files of the model (4)")
+    ap.add_argument("--nodes", default="1,2,4,8", help="values of N (1,2,4,8)")
+    ap.add_argument("--ram", default="512M", help="each node's ram_cache (512M)")
+    ap.add_argument("--block", default="8M", help="block_size (8M)")
+    ap.add_argument("--shared-timeout", type=float, default=2.0,
+                    help="shared_timeout of the nodes (2, the default)")
+    ap.add_argument("--workdir", default="/tmp/mcfs-bench-shared",
+                    help="model, servers and logs (the model is kept for the next run)")
+    args = ap.parse_args()
+    if os.geteuid() != 0:
+        sys.exit("bench_shared.py: needs root (network namespaces, FUSE)")
+    for what, ok in (("nginx", have_nginx()), ("swift", have_swift()),
+                     ("mcfs at " + MCFS, os.access(MCFS, os.X_OK)),
+                     ("nsenter", shutil.which("nsenter")), ("ip", shutil.which("ip"))):
+        if not ok:
+            sys.exit("bench_shared.py: %s not found" % what)
+    ns = [int(x) for x in args.nodes.split(",")]
+    c = Cluster(args)
+    signal.signal(signal.SIGTERM, on_term)
+    rows = []
+    try:
+        c.make_model()
+        c.start()
+        for n in ns:
+            for shared in (False, True):
+                t0 = time.time()
+                rows += c.run(n, shared)
+                print("N=%d shared=%s: %.0f s" % (n, shared, time.time() - t0), flush=True)
+    finally:
+        c.stop()
+        if rows:
+            print_table(rows, c.model_bytes, args)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,421 @@
+"""The shared block cache (issue 15): a tier on an S3 bucket that the nodes of
+a cluster share, between their local tiers and the store. The shared cache is
+OpenStack Swift with s3api on loopback (a real object store that verifies
+SigV4); the stores are nginx (http), a directory (posix) and Swift itself
+(s3). Each daemon here is a "node": its own process, mount point and RAM tier.
+
+Checked: a second daemon reads every block from the shared cache and none from
+the store (its counters, and nginx's access log), with bytes equal to the
+source; two daemons reading at once share the store reads (leases); the shared
+cache stopped or hanging mid-read (reads go on from the store, one log line
+per state change, and it comes back); a corrupted and a truncated object
+(refused, fetched from the store, written over, correct afterwards); a file
+replaced in the store (the new version's blocks, never the old); and wrong
+credentials or a missing bucket (the mount fails, saying why), or an
+unreachable cache (the mount goes on without it, saying so).
+"""
+import os
+import re
+import threading
+
+import pytest
+
+import remote_checks as rc
+from conftest import mcfs_mount, need_root, run_mcfs, wait_for
+from faultproxy import FaultProxy
+from servers import SWIFT_KEY, SWIFT_SECRET, Nginx, Swift, free_port, have_nginx, have_swift
+
+pytestmark = pytest.mark.skipif(not have_swift(), reason="swift/memcached not installed "
+                                "(deploy/install-deps.sh test installs them)")
+
+SHARED = "shared"  # the shared cache's bucket
+MODELS = "models"  # the s3 store's bucket
+BLOCK = rc.BLOCK
+TRAILER = 32
+# RAM only, 1 MiB blocks; no page cache kept across opens, so that a second
+# read of a file reaches the daemon
+OPTS = ["block_size=1M", "ram_cache=64M", "keep_cache=false", "shared_timeout=2",
+        "shared_queue=16"]
+# No AWS settings of the test's environment leak into a daemon.
+ENV = {"AWS_ACCESS_KEY_ID": "", "AWS_SECRET_ACCESS_KEY": "", "AWS_PROFILE": "",
+       "AWS_ENDPOINT_URL": "", "AWS_SHARED_CREDENTIALS_FILE": "/nonexistent"}
+
+
+@pytest.fixture(scope="module")
+def swift(tmp_path_factory):
+    need_root()
+    sw = Swift(str(tmp_path_factory.mktemp("swift"))).start()
+    try:
+        s3 = sw.s3()
+        s3.create_bucket(Bucket=SHARED)
+        s3.create_bucket(Bucket=MODELS)
+        yield sw
+    finally:
+        sw.stop()
+
+
+def shared_opts(sw, prefix, extra=(), endpoint=None, secret=SWIFT_SECRET):
+    return OPTS + ["shared_cache=s3://%s/%s" % (SHARED, prefix),
+                   "shared_endpoint=" + (endpoint or sw.endpoint),
+                   "shared_access_key=" + SWIFT_KEY, "shared_secret_key=" + secret] + list(extra)
+
+
+def read(path):
+    with open(path, "rb") as f:
+        return f.read()
+
+
+def nblocks(data):
+    return (len(data) + BLOCK - 1) // BLOCK
+
+
+def written(m, n):
+    """Waits until daemon m has written n blocks (or found them there) and has
+    nothing queued; returns its counters."""
+    def done():
+        st = m.stats()
+        return st if st["shared_queued"] == 0 and \
+            st["shared_puts"] + st["shared_put_skips"] >= n else None
+    st = wait_for(done, timeout=60)
+    assert st, m.stats()
+    return st
+
+
+def blocks_in(sw, prefix):
+    """The block objects (not leases) under prefix: key -> size, by index."""
+    s3 = sw.s3()
+    out = {}
+    for page in s3.get_paginator("list_objects_v2").paginate(Bucket=SHARED, Prefix=prefix + "/"):
+        for o in page.get("Contents", []):
+            if not o["Key"].endswith(".lease"):
+                out[o["Key"]] = o["Size"]
+    return dict(sorted(out.items(), key=lambda kv: int(kv[0].rsplit("-", 1)[1])))
+
+
+def origin_gets(log, name):
+    """GETs of /name in nginx's access log (reads of bytes, not HEADs or listings)."""
+    with open(log) as f:
+        return [ln for ln in f if re.search(r'"GET /%s HTTP' % re.escape(name), ln)]
+
+
+@pytest.fixture
+def origin(tmp_path):
+    """nginx over tmp_path/src, logging every request to tmp_path/access.log."""
+    if not have_nginx():
+        pytest.skip("nginx not installed (deploy/install-deps.sh test installs it)")
+    (tmp_path / "src").mkdir(exist_ok=True)
+    ng = Nginx(str(tmp_path / "src"), access_log=str(tmp_path / "access.log")).start()
+    try:
+        yield ng
+    finally:
+        ng.stop()
+
+
+def test_two_daemons_share_blocks_http(swift, origin, tmp_path):
+    """The first daemon fills the shared cache; the second, mounted beside it,
+    reads every block from there: no GET of the file reaches nginx."""
+    data = rc.data_for("http-model", 6 * BLOCK + 12345)
+    (tmp_path / "src" / "model.bin").write_bytes(data)
+    n = nblocks(data)
+    opts = shared_opts(swift, "http")
+    with mcfs_mount(origin.url, str(tmp_path / "a"), opts=opts, env=ENV) as a:
+        assert read(a.p("model.bin")) == data
+        st = written(a, n)
+        assert st["shared_misses"] == n and st["shared_puts"] == n, st
+        assert st["store_reads"] >= n, st
+        objs = blocks_in(swift, "http")
+        # whole blocks, the last one short, each with its trailer
+        assert list(objs.values()) == [BLOCK + TRAILER] * (n - 1) + \
+            [len(data) - (n - 1) * BLOCK + TRAILER], objs
+        open(str(tmp_path / "access.log"), "w").close()
+        with mcfs_mount(origin.url, str(tmp_path / "b"), opts=opts, env=ENV) as b:
+            assert read(b.p("model.bin")) == data
+            rc.check_random_ranges(b.p("model.bin"), data, n=20)
+            st = b.stats()
+        assert st["store_reads"] == 0 and st["store_bytes"] == 0, st
+        assert st["shared_hits"] == n and st["shared_corrupt"] == 0, st
+        assert st["shared_read_bytes"] == len(data), st
+        assert origin_gets(str(tmp_path / "access.log"), "model.bin") == []
+
+
+def test_posix_store_and_disk_tier(swift, tmp_path):
+    """A directory store (a NAS behind a slow link): the second daemon reads from
+    the shared cache and keeps the blocks in its disk tier, which it asks first
+    after a restart."""
+    src = tmp_path / "src"
+    src.mkdir()
+    data = rc.data_for("posix-model", 5 * BLOCK + 99)
+    (src / "model.bin").write_bytes(data)
+    n = nblocks(data)
+    with mcfs_mount(str(src), str(tmp_path / "a"), opts=shared_opts(swift, "posix"),
+                    env=ENV) as a:
+        assert read(a.p("model.bin")) == data
+        written(a, n)
+    opts = shared_opts(swift, "posix", ["cache_dir=" + str(tmp_path / "cache")])
+    with mcfs_mount(str(src), str(tmp_path / "b"), opts=opts, env=ENV) as b:
+        assert read(b.p("model.bin")) == data
+        st = wait_for(lambda: (lambda s: s if s["disk_writes"] >= n else None)(b.stats()), 30)
+        assert st, b.stats()
+        assert st["store_reads"] == 0 and st["shared_hits"] == n, st
+        assert st["shared_puts"] == 0, st  # nothing to give back: it came from there
+    with mcfs_mount(str(src), str(tmp_path / "b"), opts=opts, env=ENV) as b:
+        assert read(b.p("model.bin")) == data
+        st = b.stats()
+        assert st["disk_hits"] == n and st["shared_hits"] == 0 and st["store_reads"] == 0, st
+
+
+def test_s3_store(swift, tmp_path):
+    """Swift is both the store (bucket models) and the shared cache (bucket shared)."""
+    data = rc.data_for("s3-model", 4 * BLOCK + 7)
+    swift.s3().put_object(Bucket=MODELS, Key="m/model.bin", Body=data)
+    n = nblocks(data)
+    env = dict(ENV, AWS_ACCESS_KEY_ID=SWIFT_KEY, AWS_SECRET_ACCESS_KEY=SWIFT_SECRET)
+    opts = shared_opts(swift, "s3", ["endpoint=" + swift.endpoint])
+    with mcfs_mount("s3://%s/m" % MODELS, str(tmp_path / "a"), opts=opts, env=env) as a:
+        assert read(a.p("model.bin")) == data
+        written(a, n)
+        with mcfs_mount("s3://%s/m" % MODELS, str(tmp_path / "b"), opts=opts, env=env) as b:
+            assert read(b.p("model.bin")) == data
+            st = b.stats()
+    assert st["store_reads"] == 0 and st["shared_hits"] == n, st
+
+
+def test_daemons_reading_at_once_share_the_store_reads(swift, origin, tmp_path):
+    """Two daemons read one file at the same time: each block's lease sends one
+    of them to the store and the other waits for the block, so the store is
+    read for fewer than two copies of it."""
+    data = rc.data_for("together", 16 * BLOCK)
+    (tmp_path / "src" / "model.bin").write_bytes(data)
+    n = nblocks(data)
+    opts = shared_opts(swift, "together", ["shared_wait=30"])
+    with mcfs_mount(origin.url, str(tmp_path / "a"), opts=opts, env=ENV) as a, \
+            mcfs_mount(origin.url, str(tmp_path / "b"), opts=opts, env=ENV) as b:
+        got = {}
+        start = threading.Barrier(2)
+
+        def load(m):
+            start.wait()
+            got[m.path] = read(m.p("model.bin"))
+
+        ts = [threading.Thread(target=load, args=(m,)) for m in (a, b)]
+        [t.start() for t in ts]
+        [t.join() for t in ts]
+        assert got[a.path] == data and got[b.path] == data
+        sa, sb = a.stats(), b.stats()
+    reads = sa["store_reads"] + sb["store_reads"]
+    assert reads < 2 * n, (sa, sb)
+    assert sa["shared_waits"] + sb["shared_waits"] >= 1, (sa, sb)
+    assert sa["shared_corrupt"] + sb["shared_corrupt"] == 0
+
+
+def state_lines(log):
+    down = [ln for ln in log.splitlines() if re.search(r"shared cache .*: down \(", ln)]
+    up = [ln for ln in log.splitlines() if re.search(r"shared cache .*: reads up again", ln)]
+    return down, up
+
+
+def test_shared_cache_stopped_mid_read(swift, origin, tmp_path):
+    """The shared cache's front end stops mid-read: the read goes on from the
+    store, bytes equal, one log line; once it is back, the next miss finds it
+    up again, one more line."""
+    data = rc.data_for("stopped", 16 * BLOCK)
+    (tmp_path / "src" / "model.bin").write_bytes(data)
+    (tmp_path / "src" / "other.bin").write_bytes(rc.data_for("stopped-other", 3 * BLOCK))
+    n = nblocks(data)
+    opts = shared_opts(swift, "stopped")
+    with mcfs_mount(origin.url, str(tmp_path / "a"), opts=opts, env=ENV) as a:
+        assert read(a.p("model.bin")) == data
+        written(a, n)
+    # a block or so at a time: the least readahead in the daemon and the kernel
+    opts_b = opts + ["readahead_max=1M", "read_ahead_kb=128"]
+    with mcfs_mount(origin.url, str(tmp_path / "b"), opts=opts_b, env=ENV) as b:
+        with open(b.p("model.bin"), "rb") as f:
+            head = f.read(2 * BLOCK)
+            assert b.stats()["shared_hits"] >= 2
+            swift.stop_proxy()
+            try:
+                rest = f.read()
+            finally:
+                swift.start_proxy()
+        assert head + rest == data
+        st = b.stats()
+        assert st["shared_state"] == 2 and st["store_reads"] > 0, st
+        down, up = state_lines(b.log())
+        assert len(down) == 1 and up == [], b.log()
+        assert "reads go to the store" in down[0], down
+
+        def back():
+            # each evict + read misses: a miss after the retry interval probes
+            run_mcfs("evict", b.p("other.bin"))
+            assert len(read(b.p("other.bin"))) == 3 * BLOCK
+            return b.stats()["shared_state"] == 1
+        assert wait_for(back, timeout=60, step=0.5), b.log()
+        down, up = state_lines(b.log())
+        assert len(down) == 1 and len(up) == 1, b.log()
+
+
+def test_shared_cache_hanging(swift, origin, tmp_path):
+    """A shared cache that takes requests but never answers (slow): each request
+    gives up after shared_timeout, the tier goes down once, and the reads go on
+    from the store with the right bytes."""
+    data = rc.data_for("hanging", 8 * BLOCK)
+    (tmp_path / "src" / "model.bin").write_bytes(data)
+    n = nblocks(data)
+    opts = shared_opts(swift, "hanging")
+    with mcfs_mount(origin.url, str(tmp_path / "a"), opts=opts, env=ENV) as a:
+        assert read(a.p("model.bin")) == data
+        written(a, n)
+    with FaultProxy(swift.port) as px:
+        opts_b = shared_opts(swift, "hanging", ["readahead_max=1M", "read_ahead_kb=128",
+                                                "shared_timeout=1"], endpoint=px.url)
+        with mcfs_mount(origin.url, str(tmp_path / "b"), opts=opts_b, env=ENV) as b:
+            with open(b.p("model.bin"), "rb") as f:
+                head = f.read(2 * BLOCK)
+                assert b.stats()["shared_hits"] >= 2
+                px.gate.clear()  # every request from now on is held, unanswered
+                rest = f.read()
+            px.gate.set()
+            assert head + rest == data
+            st = b.stats()
+            log = b.log()
+        assert px.counts["held"] >= 1, px.counts
+        assert st["shared_state"] == 2 and st["store_reads"] > 0, st
+        down, _ = state_lines(log)
+        assert len(down) == 1, log
+
+
+def test_corrupt_and_truncated_objects(swift, origin, tmp_path):
+    """One object with a flipped byte, one cut short: the next daemon refuses
+    both (never serves them), reads those blocks from the store, writes them
+    over; a third daemon then finds every block good."""
+    data = rc.data_for("corrupt", 6 * BLOCK + 4321)
+    (tmp_path / "src" / "model.bin").write_bytes(data)
+    n = nblocks(data)
+    opts = shared_opts(swift, "corrupt")
+    with mcfs_mount(origin.url, str(tmp_path / "a"), opts=opts, env=ENV) as a:
+        assert read(a.p("model.bin")) == data
+        written(a, n)
+    s3 = swift.s3()
+    keys = list(blocks_in(swift, "corrupt"))
+    good = {k: s3.get_object(Bucket=SHARED, Key=k)["Body"].read() for k in keys[1:5:2]}
+    flipped, cut = keys[1], keys[3]
+    body = bytearray(good[flipped])
+    body[1000] ^= 0x40
+    s3.put_object(Bucket=SHARED, Key=flipped, Body=bytes(body))
+    s3.put_object(Bucket=SHARED, Key=cut, Body=good[cut][:BLOCK // 2])
+    with mcfs_mount(origin.url, str(tmp_path / "b"), opts=opts, env=ENV) as b:
+        assert read(b.p("model.bin")) == data
+        st = written(b, 2)
+        log = b.log()
+    assert st["shared_corrupt"] == 2 and st["store_reads"] == 2, st
+    assert st["shared_hits"] == n - 2 and st["shared_puts"] == 2, st
+    refused = [ln for ln in log.splitlines() if "refused" in ln and "writing it over" in ln]
+    assert len(refused) == 2, log
+    assert any("checksum mismatch" in ln and flipped.rsplit("/", 1)[1] in ln for ln in refused)
+    assert any("truncated" in ln and cut.rsplit("/", 1)[1] in ln for ln in refused)
+    for k, v in good.items():
+        assert s3.get_object(Bucket=SHARED, Key=k)["Body"].read() == v, k
+    with mcfs_mount(origin.url, str(tmp_path / "c"), opts=opts, env=ENV) as c:
+        assert read(c.p("model.bin")) == data
+        st = c.stats()
+    assert st["shared_hits"] == n and st["shared_corrupt"] == 0 and st["store_reads"] == 0, st
+
+
+def test_replaced_file_gets_new_blocks(swift, origin, tmp_path):
+    """A file replaced in the store (same size, new bytes and date): a daemon
+    that opens the new version never gets a block of the old one, though the
+    shared cache holds them all."""
+    path = tmp_path / "src" / "model.bin"
+    old = rc.data_for("replaced-old", 5 * BLOCK)
+    new = rc.data_for("replaced-new", 5 * BLOCK)
+    path.write_bytes(old)
+    n = nblocks(old)
+    opts = shared_opts(swift, "replaced")
+    with mcfs_mount(origin.url, str(tmp_path / "a"), opts=opts, env=ENV) as a:
+        assert read(a.p("model.bin")) == old
+        written(a, n)
+    path.write_bytes(new)
+    st = os.stat(path)
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns + 10 ** 9))  # another ETag for sure
+    with mcfs_mount(origin.url, str(tmp_path / "b"), opts=opts, env=ENV) as b:
+        assert read(b.p("model.bin")) == new
+        st = written(b, n)
+    assert st["shared_hits"] == 0 and st["store_reads"] == n, st
+    assert len(blocks_in(swift, "replaced")) == 2 * n  # both versions, under their own names
+    with mcfs_mount(origin.url, str(tmp_path / "c"), opts=opts, env=ENV) as c:
+        assert read(c.p("model.bin")) == new
+        st = c.stats()
+    assert st["shared_hits"] == n and st["store_reads"] == 0, st
+
+
+def test_wrong_credentials_or_bucket_fail_the_mount(swift, tmp_path):
+    """Wrong credentials and a missing bucket are configuration errors: the
+    mount fails, naming the shared cache and what to check, never the secret."""
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "a.txt").write_bytes(b"hello")
+    mnt = str(tmp_path / "mnt")
+    os.makedirs(mnt)
+    r = run_mcfs("mount", str(src), mnt, "-f", "-o",
+                 ",".join(shared_opts(swift, "creds", secret="not-the-secret") + ["cache_dir="]),
+                 env=ENV)
+    assert r.returncode != 0
+    assert "shared cache s3://shared/creds/ refused our requests" in r.stderr, r.stderr
+    assert "SignatureDoesNotMatch" in r.stderr and "shared_secret_key" in r.stderr, r.stderr
+    assert "not-the-secret" not in r.stderr + r.stdout
+    opts = [o.replace("s3://%s/" % SHARED, "s3://no-such-bucket/") for o in
+            shared_opts(swift, "creds")]
+    r = run_mcfs("mount", str(src), mnt, "-f", "-o", ",".join(opts + ["cache_dir="]), env=ENV)
+    assert r.returncode != 0 and "no such bucket" in r.stderr, r.stderr
+    # and the options are checked before anything is sent
+    r = run_mcfs("mount", str(src), mnt, "-f", "-o", "shared_cache=http://x/y", env=ENV)
+    assert r.returncode != 0 and "bad value for shared_cache" in r.stderr, r.stderr
+    r = run_mcfs("mount", str(src), mnt, "-f", "-o",
+                 "shared_cache=s3://b,shared_access_key=k", env=ENV)
+    assert r.returncode != 0 and "shared_secret_key must be given together" in r.stderr, \
+        r.stderr
+
+
+def test_unreachable_shared_cache_mounts_without_it(swift, tmp_path):
+    """A shared cache that does not answer at mount time (not started yet, or
+    down) is no configuration error: the mount goes on, says so, and reads
+    come from the store."""
+    src = tmp_path / "src"
+    src.mkdir()
+    data = rc.data_for("unreachable", 3 * BLOCK)
+    (src / "model.bin").write_bytes(data)
+    closed = "http://127.0.0.1:%d" % free_port()  # nothing listens there
+    opts = shared_opts(swift, "unreachable", endpoint=closed)
+    with mcfs_mount(str(src), str(tmp_path / "mnt"), opts=opts, env=ENV) as m:
+        assert read(m.p("model.bin")) == data
+        st = m.stats()
+        log = m.log()
+    assert st["shared_state"] == 2 and st["store_reads"] == 3, st
+    assert "not reachable" in log and "reads go to the store" in log, log
+
+
+def test_with_a_proxy_for_the_store(swift, origin, tmp_path):
+    """The deployment beside a P2P distributor (deploy/README.md, Dragonfly): the
+    store's reads go through the proxy that http_proxy names, the shared cache's
+    requests bypass it (NO_PROXY), and the second daemon sends the proxy no read."""
+    data = rc.data_for("proxied", 4 * BLOCK + 5)
+    (tmp_path / "src" / "model.bin").write_bytes(data)
+    n = nblocks(data)
+    # the shared cache by another name of loopback, so that NO_PROXY can tell it apart
+    shared_ep = "http://localhost:%d" % swift.port
+    with FaultProxy(origin.port) as px:
+        env = dict(ENV, http_proxy=px.url, no_proxy="localhost", NO_PROXY="localhost")
+        opts = shared_opts(swift, "proxied", endpoint=shared_ep)
+        with mcfs_mount(origin.url, str(tmp_path / "a"), opts=opts, env=env) as a:
+            assert read(a.p("model.bin")) == data
+            written(a, n)
+        reads_a = [ln for ln in px.request_lines if "/model.bin" in ln and ln.startswith("GET")]
+        assert len(reads_a) >= n, px.request_lines
+        with mcfs_mount(origin.url, str(tmp_path / "b"), opts=opts, env=env) as b:
+            assert read(b.p("model.bin")) == data
+            st = b.stats()
+        reads = [ln for ln in px.request_lines if "/model.bin" in ln and ln.startswith("GET")]
+        assert reads == reads_a, px.request_lines  # b read nothing through the proxy
+        assert not any("mcfs1/" in ln or "localhost" in ln for ln in px.request_lines), \
+            px.request_lines
+    assert st["shared_hits"] == n and st["store_reads"] == 0, st
