@@ -424,10 +424,11 @@ struct ready_ctx {
  * kernel until our loop answers it. If the daemon is killed meanwhile (a
  * crash, `kill -9` at start-up), a thread of ours stuck in that wait keeps
  * the process, and with it the /dev/fuse descriptor that would end the wait,
- * alive forever: an unkillable zombie. A child holds no descriptor of the
- * connection; when the daemon dies the kernel aborts the connection and the
- * child's request ends with ENOTCONN. Between fork() and _exit() the child
- * makes system calls only, as a child of a threaded process must.
+ * alive forever: an unkillable zombie. The child closes every descriptor it
+ * inherited, so it holds none of the connection; when the daemon dies the
+ * kernel aborts the connection and the child's request ends with ENOTCONN.
+ * Between fork() and _exit() the child makes system calls only, as a child
+ * of a threaded process must.
  */
 static int probe_mount(const char *mountpoint)
 {
@@ -439,6 +440,9 @@ static int probe_mount(const char *mountpoint)
 	if (pid < 0)
 		return -errno;
 	if (pid == 0) {
+		/* Not even a copy of the /dev/fuse descriptors: holding one would
+		 * keep the connection alive after the daemon's death. */
+		(void)close_range(3, ~0u, 0);
 		if (stat(mountpoint, &st) < 0)
 			_exit(errno & 0x7f ? errno & 0x7f : EIO);
 		(void)getxattr(mountpoint, "user.mcfs.stats", NULL, 0);
