@@ -17,9 +17,21 @@ mount's page cache. Every column is warm: read once before it is timed.
 
 Rows: dd to /dev/null with bs=1M and bs=8M, one reader; dd bs=1M, 4 readers
 on the 4 quarters at once; a vLLM-style loop (safe_open, get_tensor of each
-tensor: CPU tensors, numpy, or torch when it is installed); and
-safetensors' load_file. The safetensors rows are skipped, saying so, where the
-package is missing (the model is then a plain file of random bytes).
+tensor) and safetensors' load_file, on the CPU with numpy (each tensor is a
+copy, so every byte is read: torch's CPU tensors are views of an mmap that
+nothing would touch). Where torch sees a GPU: the same loop with each tensor
+`.to("cuda")`, load_file(device="cuda"), and, with transformers installed,
+`from_pretrained(..., device_map="cuda")` of a multi-shard Llama (about
+2 GB in bf16, 4 shards, random weights) saved beside the model. The
+safetensors rows are skipped, saying so, where the package is missing (the
+model is then a plain file of random bytes).
+
+Cold rows (a second table): the model served by nginx on loopback, read
+through a fresh mount of the http store (RAM tier only, empty) by dd bs=1M,
+1 reader and 4 readers on quarters, beside N curl processes of parallel
+ranged GETs to /dev/null (N = the CPU count, at least 8) and the same dd
+readers on the local file in page cache (the warm table's figures). COLD=0
+skips them; they need nginx.
 
 Memory: after the reads, the RAM tier's bytes in use plus the page cache of
 the file's copies (fincore: the backing file; without passthrough the mount's
@@ -41,6 +53,9 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
+sys.path.insert(0, os.path.join(ROOT, "tests"))
+sys.path.insert(0, os.path.join(ROOT, "gpu", "python"))
+from servers import Nginx, have_nginx  # noqa: E402
 MCFS = os.environ.get("MCFS_BIN", os.path.join(ROOT, "build", "fs", "mcfs"))
 MiB = 1 << 20
 RUNS = int(os.environ.get("RUNS", "3"))
@@ -59,6 +74,12 @@ try:
     import torch
 except ImportError:
     torch = None
+CUDA = bool(torch is not None and torch.cuda.is_available())
+try:
+    import transformers
+except ImportError:
+    transformers = None
+LLAMA = "llama"  # the multi-shard model's directory beside the model file
 
 
 def make_model(path, size):
@@ -154,8 +175,7 @@ def dd_four(path, size):
 
 def st_loop(path):
     def go():
-        fw = "pt" if torch else "np"
-        with safetensors.safe_open(path, framework=fw) as f:
+        with safetensors.safe_open(path, framework="np") as f:
             for k in f.keys():
                 f.get_tensor(k)
     return go
@@ -163,29 +183,149 @@ def st_loop(path):
 
 def st_load(path):
     def go():
-        if torch:
-            from safetensors.torch import load_file
-        else:
-            from safetensors.numpy import load_file
+        from safetensors.numpy import load_file
         load_file(path)
     return go
 
 
-def rows(size):
-    out = [("dd bs=1M, 1 reader", lambda p: dd_one(p, MiB)),
-           ("dd bs=8M, 1 reader", lambda p: dd_one(p, 8 * MiB)),
-           ("dd bs=1M, 4 readers on quarters", lambda p: dd_four(p, size))]
-    if safetensors:
-        fw = "torch" if torch else "numpy"
-        out += [("safe_open + get_tensor loop (%s, CPU)" % fw, st_loop),
-                ("safetensors load_file (%s, CPU)" % fw, st_load)]
+def st_loop_cuda(path):
+    def go():
+        with safetensors.safe_open(path, framework="pt") as f:
+            for k in f.keys():
+                f.get_tensor(k).to("cuda:0")
+        torch.cuda.synchronize()
+    return go
+
+
+def st_load_cuda(path):
+    def go():
+        from safetensors.torch import load_file
+        load_file(path, device="cuda:0")
+        torch.cuda.synchronize()
+    return go
+
+
+def hf_load(path):
+    """from_pretrained of the Llama directory beside `path` (the model file)."""
+    d = os.path.join(os.path.dirname(path), LLAMA)
+
+    def go():
+        m = transformers.AutoModelForCausalLM.from_pretrained(d, device_map="cuda:0",
+                                                              dtype=torch.bfloat16)
+        torch.cuda.synchronize()
+        del m
+        torch.cuda.empty_cache()
+    return go
+
+
+def rows(size, llama_size):
+    """[(name, make(path) -> fn, bytes read)]."""
+    out = [("dd bs=1M, 1 reader", lambda p: dd_one(p, MiB), size),
+           ("dd bs=8M, 1 reader", lambda p: dd_one(p, 8 * MiB), size),
+           ("dd bs=1M, 4 readers on quarters", lambda p: dd_four(p, size), size)]
+    if safetensors and np is not None:
+        out += [("safe_open + get_tensor loop (numpy, CPU)", st_loop, size),
+                ("safetensors load_file (numpy, CPU)", st_load, size)]
+    if safetensors and CUDA:
+        out += [("safe_open + get_tensor loop, .to(\"cuda\")", st_loop_cuda, size),
+                ("safetensors.torch load_file(device=\"cuda\")", st_load_cuda, size)]
+    if llama_size:
+        out += [("transformers from_pretrained, 4 shards, device_map=\"cuda\"", hf_load,
+                 llama_size)]
     return out
+
+
+def make_llama(d):
+    """A Llama of about 2 GB in bf16, saved as 4 shards of random weights with
+    its index and config: what transformers' from_pretrained reads. Returns
+    the shards' bytes."""
+    from safetensors.torch import save_file
+    cfg = transformers.LlamaConfig(hidden_size=2048, intermediate_size=5632, num_hidden_layers=16,
+                                   num_attention_heads=16, num_key_value_heads=16,
+                                   vocab_size=32000, tie_word_embeddings=False)
+    with torch.device("meta"):
+        shapes = {k: v.shape for k, v in transformers.LlamaForCausalLM(cfg).state_dict().items()}
+    os.makedirs(d, exist_ok=True)
+    names = sorted(shapes)
+    shards = [names[i::4] for i in range(4)]
+    index = {"metadata": {"total_size": 0}, "weight_map": {}}
+    g = torch.Generator().manual_seed(14)
+    for i, keys in enumerate(shards):
+        fn = "model-%05d-of-00004.safetensors" % (i + 1)
+        ts = {k: (torch.randn(shapes[k], generator=g) * 0.02).to(torch.bfloat16) for k in keys}
+        save_file(ts, os.path.join(d, fn), metadata={"format": "pt"})
+        for k in keys:
+            index["weight_map"][k] = fn
+            index["metadata"]["total_size"] += ts[k].numel() * 2
+    with open(os.path.join(d, "model.safetensors.index.json"), "w") as f:
+        json.dump(index, f)
+    cfg.save_pretrained(d)
+    return sum(os.path.getsize(os.path.join(d, n)) for n in os.listdir(d)
+               if n.endswith(".safetensors"))
+
+
+def read_all(top):
+    """Reads every file under `top` once (through a mount: makes each one complete)."""
+    for dp, _, fns in os.walk(top):
+        for fn in fns:
+            dd(os.path.join(dp, fn), 8 * MiB).wait()
 
 
 def measure(fn, size):
     fn()   # warm: the page cache (or the backing file's) holds it now
     secs = [timed(fn) for _ in range(RUNS)]
     return size / statistics.median(secs) / 1e9
+
+
+def curl_ranged(url, size, n):
+    """n curl processes, each a ranged GET of its part, to /dev/null: seconds."""
+    part = (size + n - 1) // n
+    t = time.perf_counter()
+    ps = [subprocess.Popen(["curl", "-sf", "-o", "/dev/null", "-r",
+                            "%d-%d" % (i * part, min(size, (i + 1) * part) - 1), url])
+          for i in range(n) if i * part < size]
+    for p in ps:
+        if p.wait() != 0:
+            raise RuntimeError("curl failed: " + url)
+    return time.perf_counter() - t
+
+
+def wait_pinned(path, timeout=600):
+    """On a GPU machine the RAM tier is pinned in the background after the
+    mount: wait for it, so that pinning is not timed with the reads."""
+    import mcfs
+    t0 = time.time()
+    while time.time() - t0 < timeout:
+        i = mcfs.info(path)
+        if not i or not i["gpu_ok"] or i["pinned_bytes"] >= i["ram_bytes"]:
+            return
+        time.sleep(0.2)
+    raise RuntimeError("the RAM tier was not pinned after %d s" % timeout)
+
+
+def cold(data, src, size, local):
+    """The cold table's rows: {name: (mcfs GB/s, curl GB/s, local GB/s)}."""
+    n = max(8, os.cpu_count())
+    out = {}
+    with Nginx(src, workdir=os.path.join(data, "nginx"), workers="auto") as ng:
+        url = ng.url + "/model.safetensors"
+        curl_ranged(url, size, n)  # warm nginx's page cache
+        gbs_curl = size / statistics.median([curl_ranged(url, size, n) for _ in range(RUNS)]) / 1e9
+        for name, mk in (("cold dd bs=1M, 1 reader", lambda p: dd_one(p, MiB)),
+                         ("cold dd bs=1M, 4 readers on quarters", lambda p: dd_four(p, size))):
+            secs = []
+            for _ in range(RUNS):
+                m = Mount(ng.url, os.path.join(data, "mnt-cold"), "",
+                          ["ram_cache=%dM" % (size // MiB + 512), "open_check=ttl"])
+                try:
+                    mpath = os.path.join(m.mnt, "model.safetensors")
+                    wait_pinned(mpath)
+                    secs.append(timed(mk(mpath)))
+                finally:
+                    m.close()
+            out[name] = (size / statistics.median(secs) / 1e9, gbs_curl,
+                         local[name.replace("cold ", "")]["local"])
+    return n, out
 
 
 def cached_bytes(path):
@@ -246,10 +386,18 @@ def main():
     if not os.path.exists(model):
         make_model(model, MODEL_MIB * MiB)
     size = os.path.getsize(model)
-    ram = "%dM" % (size // MiB + 512)
+    llama_size = 0
+    if CUDA and transformers and safetensors:
+        llama_dir = os.path.join(src, LLAMA)
+        if not os.path.isdir(llama_dir):
+            make_llama(llama_dir)
+        llama_size = sum(os.path.getsize(os.path.join(llama_dir, n)) for n in os.listdir(llama_dir)
+                         if n.endswith(".safetensors"))
+    ram = "%dM" % ((size + llama_size) // MiB + 512)
     table = {}
     notes = []
     mounts = []
+    all_rows = rows(size, llama_size)
     try:
         for label, extra in (("passthrough", []), ("cached", ["passthrough=off"])):
             cache = os.path.join(data, "cache-" + label)
@@ -262,16 +410,31 @@ def main():
             mpath = os.path.join(m.mnt, "model.safetensors")
             dd(mpath, 8 * MiB).wait()  # cold: through the cache, completes the file
             m.settle()
-            for name, mk in rows(size):
-                table.setdefault(name, {})[label] = measure(mk(mpath), size)
+            for name, mk, nbytes in all_rows:
+                if mk is hf_load:
+                    continue
+                table.setdefault(name, {})[label] = measure(mk(mpath), nbytes)
             s = m.stats()
+            # memory before the Llama's shards are read too: the model file's copies
             notes.append("%s: %s; passthrough_opens %d, backing_builds %d, fuse_reads %d"
-                         % (label, held(m, cached0, mpath, label == "passthrough", size), s["passthrough_opens"],
-                            s["backing_builds"], s["fuse_reads"]))
+                         % (label, held(m, cached0, mpath, label == "passthrough", size),
+                            s["passthrough_opens"], s["backing_builds"], s["fuse_reads"]))
+            if llama_size:
+                read_all(os.path.join(m.mnt, LLAMA))  # cold: completes each shard
+                m.settle()
+                for name, mk, nbytes in all_rows:
+                    if mk is hf_load:
+                        table.setdefault(name, {})[label] = measure(mk(mpath), nbytes)
             m.close()
             mounts.remove(m)
-        for name, mk in rows(size):
-            table[name]["local"] = measure(mk(model), size)
+        for name, mk, nbytes in all_rows:
+            table[name]["local"] = measure(mk(model), nbytes)
+        cold_n, cold_rows = (0, {})
+        if os.environ.get("COLD", "1") != "0":
+            if have_nginx():
+                cold_n, cold_rows = cold(data, src, size, table)
+            else:
+                notes.append("cold rows skipped: nginx is not installed")
     finally:
         for m in mounts:
             m.close()
@@ -282,8 +445,10 @@ def main():
           % (size / 1e9, os.cpu_count(), RUNS))
     if not safetensors:
         print("(safetensors rows skipped: the safetensors package is not installed)")
-    elif not torch:
-        print("(torch is not installed: the safetensors rows load numpy arrays on the CPU)")
+    elif not CUDA:
+        print("(no GPU that torch can use: the .to(\"cuda\") and from_pretrained rows are skipped)")
+    elif not transformers:
+        print("(transformers is not installed: the from_pretrained row is skipped)")
     print("| read | local page cache | mcfs passthrough | ratio | mcfs passthrough=off | ratio |")
     print("|---|---|---|---|---|---|")
     for name, v in table.items():
@@ -292,7 +457,19 @@ def main():
                  v["cached"], v["cached"] / v["local"]))
     for n in notes:
         print("- " + n)
-    print(json.dumps({"size": size, "runs": RUNS, "table": table}))
+    if cold_rows:
+        print()
+        print("cold reads through a fresh mount of nginx on loopback (http store, RAM tier "
+              "only), GB/s; the bar is the lesser of %d curl processes and the local page cache"
+              % cold_n)
+        print("| read | %d curl processes, ranged GETs | local page cache | mcfs cold | "
+              "mcfs / lesser |" % cold_n)
+        print("|---|---|---|---|---|")
+        for name, (gbs, gbs_curl, gbs_local) in cold_rows.items():
+            print("| %s | %.2f | %.2f | %.2f | %.2f |"
+                  % (name, gbs_curl, gbs_local, gbs, gbs / min(gbs_curl, gbs_local)))
+    print(json.dumps({"size": size, "llama_size": llama_size, "runs": RUNS, "table": table,
+                      "cold": cold_rows}))
 
 
 if __name__ == "__main__":

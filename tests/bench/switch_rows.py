@@ -84,6 +84,7 @@ def _py(code, *args, timeout=600):
         [os.path.join(ROOT, "gpu", "python")]
         + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]))
     env.pop("MCFS_SAFETENSORS", None)
+    env["HF_HUB_OFFLINE"] = "1"  # local models only
     out = subprocess.run([sys.executable, "-c", code, *args], env=env, capture_output=True,
                          text=True, timeout=timeout)
     if out.returncode != 0:

@@ -251,7 +251,7 @@ def test_unexportable_memory_clear_error(tmp):
 INTERRUPTED = r"""
 import errno, signal, sys, torch, mcfs
 # Ctrl-C as a program that handles it sees it: the handler runs, and the
-# interrupted ioctl fails with EINTR (Python retries no ioctl), which
+# interrupted ioctl fails with EINTR (mcfs._abi retries no ioctl), which
 # mcfs.load_file raises as McfsError. With Python's default handler the
 # KeyboardInterrupt would hide whether the daemon stopped the load or
 # finished it first.

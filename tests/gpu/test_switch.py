@@ -28,6 +28,7 @@ ENV = dict(os.environ, PYTHONPATH=os.pathsep.join(
     [os.path.join(ROOT, "gpu", "python")]
     + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]))
 ENV.pop("MCFS_SAFETENSORS", None)
+ENV["HF_HUB_OFFLINE"] = "1"  # local models only: never wait on a hub that cannot be reached
 HEADER_SLACK = 1 << 20  # FUSE reads allowed with the switch on: headers, config files
 
 

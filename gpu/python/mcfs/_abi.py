@@ -5,7 +5,7 @@ this file and the C header fails loudly instead of sending a misread struct.
 """
 import ctypes
 import errno
-import fcntl
+import os
 
 ABI = 1
 IPC_HANDLE_SIZE = 64
@@ -97,9 +97,25 @@ LOAD_ERRORS = {
 }
 
 
+_libc = ctypes.CDLL(None, use_errno=True)
+_libc.ioctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_void_p]
+_libc.ioctl.restype = ctypes.c_int
+
+
 def ioctl(fd, cmd, struct):
-    """Sends `struct` (read and written in place). Raises OSError."""
-    fcntl.ioctl(fd, cmd, struct, True)
+    """Sends `struct` (read and written in place). Raises OSError.
+
+    Through libc with ctypes, not fcntl.ioctl. With fcntl.ioctl and a load
+    request (12 KiB) the caller's other threads stood still for the whole
+    load on CPython 3.12 (a server thread of the same process that the daemon
+    was reading from never ran: a deadlock); CPython copies buffers of up to
+    1 KiB and releases the GIL around those only, in the versions seen. Newer
+    CPythons also retry an ioctl that a signal interrupted, which would
+    restart a load that Ctrl-C stopped. ctypes releases the GIL and retries
+    nothing: EINTR is raised, as the caller's signal handler expects."""
+    if _libc.ioctl(fd, cmd, ctypes.byref(struct)) < 0:
+        e = ctypes.get_errno()
+        raise OSError(e, os.strerror(e))
     return struct
 
 
