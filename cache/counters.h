@@ -206,7 +206,13 @@ enum cache_counter_type {
 	X(CACHE, shared_errors, "shared_errors", COUNTER, "shared_errors_total", NULL,             \
 	  "Shared cache requests that failed (no answer, a timeout, a 5xx, a refusal).")           \
 	X(CACHE, shared_queued, "shared_queued", GAUGE, "shared_put_queue", NULL,                  \
-	  "Writes to the shared cache queued or in flight.")
+	  "Writes to the shared cache queued or in flight.")                                       \
+	X(FS, inode_renumbers, "inode_renumbers", COUNTER, "inode_renumbers_total", NULL,          \
+	  "Files given a new inode number because the store replaced them while passthrough "      \
+	  "opens of the old version lasted (those keep the old inode and its bytes).")             \
+	X(FS, inodes_retired, "inodes_retired", GAUGE, "inodes_retired", NULL,                     \
+	  "Inodes of replaced versions the kernel still holds (open files, or lookups not yet "    \
+	  "forgotten); each is freed at its last FORGET.")
 /* clang-format on */
 
 /* Why there is no disk tier (disk_off_reason); cache_disk_off_text() words it. */

@@ -28,6 +28,24 @@
  * (page_cache_mode()), so the kernel does not end theirs at the size shown
  * either: the cache ends them at their own. Stat shows the larger size until
  * the last old open closes; then the kernel is told to ask again.
+ *
+ * A file replaced in the store while open with passthrough. The kernel holds
+ * one backing file per inode, of the old version, and refuses any other open
+ * of that inode (EINVAL cached, EBUSY with another backing file), so the new
+ * version needs another inode: the node is retired (retire()). It leaves the
+ * path hash and keeps its inode number, its attributes and its opens, which
+ * read the old version whole from its backing file; the path gets a new node,
+ * so a new inode number, at once. Only a store answer about the path itself
+ * (refresh(): lookup, getattr, open) does this; a listing may be older than
+ * the version the passthrough opens confirmed, so it never does. An open of
+ * a retired inode (the kernel's dentry is still fresh: entry_timeout is
+ * attr_ttl) answers ESTALE, and the VFS walks the path once more with
+ * LOOKUP_REVAL: that LOOKUP answers the new number, the kernel drops the old
+ * dentry (fuse_dentry_revalidate: another nodeid) and opens the new inode.
+ * A retired node is freed when the kernel forgot it and its opens closed
+ * (drop_retired()); inode numbers are never reused. Cached opens need none of
+ * this: one inode serves two versions through the page cache and direct_io,
+ * as above, so an inode changes number only under passthrough.
  */
 #define _GNU_SOURCE
 #include "inode.h"
@@ -63,7 +81,10 @@ struct fs_node {
 	char pt_version[CACHE_VERSION_MAX];
 	unsigned pt_opens;
 	int backing_id;
-	bool pt_busy_logged; /* another version was refused once: said so */
+	/* Out of the path hash: the path names a newer node now (retire()). The
+	 * node keeps attr (of pt_version) for good and lives until nlookup and
+	 * its opens are 0 (drop_retired()). */
+	bool retired;
 };
 
 struct fs_inodes {
@@ -159,6 +180,47 @@ static struct fs_node *by_ino(struct fs_inodes *t, fuse_ino_t ino)
 	return ino < t->next_ino ? t->by_ino[ino] : NULL;
 }
 
+static void free_node(struct fs_node *n)
+{
+	free(n->listing);
+	free(n->path);
+	free(n);
+}
+
+/*
+ * Takes @n out of the path hash, so that the next get_node() of its path
+ * makes a new node with a new inode number (see the top of the file). @n
+ * keeps its number, attributes and opens. Lock held.
+ */
+static void retire(struct fs_session *s, struct fs_node *n)
+{
+	struct fs_inodes *t = s->inodes;
+	struct fs_node **pp = &t->buckets[path_hash(n->path) & (t->nbuckets - 1)];
+
+	while (*pp != n)
+		pp = &(*pp)->hnext;
+	*pp = n->hnext;
+	n->hnext = NULL;
+	t->count--;
+	n->retired = true;
+	atomic_fetch_add_explicit(&s->inode_renumbers, 1, memory_order_relaxed);
+	atomic_fetch_add_explicit(&s->inodes_retired, 1, memory_order_relaxed);
+	MCFS_INFO("%s changed in the store while open with passthrough: its %u open(s) keep inode "
+		  "%lu and the old version; new opens get a new inode",
+		  n->path, n->pt_opens, (unsigned long)n->ino);
+}
+
+/* Frees @n if it is retired and nothing refers to it any more: the kernel
+ * forgot it and its opens closed. Lock held. */
+static void drop_retired(struct fs_session *s, struct fs_node *n)
+{
+	if (!n->retired || n->nlookup > 0 || n->pt_opens > 0 || n->pc_opens > 0)
+		return;
+	s->inodes->by_ino[n->ino] = NULL;
+	atomic_fetch_sub_explicit(&s->inodes_retired, 1, memory_order_relaxed);
+	free_node(n);
+}
+
 int fs_inodes_new(struct fs_session *s, struct fs_inodes **out)
 {
 	struct fs_inodes *t = calloc(1, sizeof(*t));
@@ -191,12 +253,13 @@ void fs_inodes_free(struct fs_inodes *t)
 
 	if (!t)
 		return;
+	for (i = 0; t->by_ino && i < t->next_ino; i++) /* retired: in no hash chain */
+		if (t->by_ino[i] && t->by_ino[i]->retired)
+			free_node(t->by_ino[i]);
 	for (i = 0; t->buckets && i < t->nbuckets; i++) {
 		for (n = t->buckets[i]; n; n = next) {
 			next = n->hnext;
-			free(n->listing);
-			free(n->path);
-			free(n);
+			free_node(n);
 		}
 	}
 	free(t->buckets);
@@ -247,7 +310,10 @@ static void node_stat(struct fs_session *s, struct fs_node *n, struct stat *st)
 /*
  * Asks the cache about @path and records the answer in its node: with
  * @confirm, for an open (cache_confirm(): the store, now); else the store or
- * LMDB under cache_dir, as fresh as attr_ttl allows. No lock held on entry.
+ * LMDB under cache_dir, as fresh as attr_ttl allows. A node whose passthrough
+ * opens read a version the store no longer has (another one, or no file) is
+ * retired first, and the answer goes to the path's new node. No lock held on
+ * entry.
  */
 static int refresh(struct fs_session *s, const char *path, bool confirm)
 {
@@ -265,6 +331,11 @@ static int refresh(struct fs_session *s, const char *path, bool confirm)
 		return rc;
 	pthread_mutex_lock(&t->lock);
 	n = get_node(t, path);
+	if (n && n->pt_opens > 0 &&
+	    (rc < 0 || (a.version[0] != '\0' && strcmp(a.version, n->pt_version) != 0))) {
+		retire(s, n);
+		n = get_node(t, path);
+	}
 	if (!n) {
 		pthread_mutex_unlock(&t->lock);
 		return -ENOMEM;
@@ -363,8 +434,10 @@ void fs_inode_forget(struct fs_session *s, fuse_ino_t ino, uint64_t nlookup)
 
 	pthread_mutex_lock(&s->inodes->lock);
 	n = by_ino(s->inodes, ino);
-	if (n)
+	if (n) {
 		n->nlookup = n->nlookup > nlookup ? n->nlookup - nlookup : 0;
+		drop_retired(s, n);
+	}
 	pthread_mutex_unlock(&s->inodes->lock);
 }
 
@@ -375,6 +448,8 @@ void fs_inode_invalidate(struct fs_session *s, fuse_ino_t ino)
 
 	pthread_mutex_lock(&s->inodes->lock);
 	n = by_ino(s->inodes, ino);
+	if (n && n->retired) /* its version is fixed; the path's node is another */
+		n = NULL;
 	if (n) {
 		n->attr_expires = 0;
 		snprintf(path, sizeof(path), "%s", n->path);
@@ -384,22 +459,37 @@ void fs_inode_invalidate(struct fs_session *s, fuse_ino_t ino)
 		cache_forget_attr(s->cache, path);
 }
 
-void fs_inode_ref(struct fs_session *s, fuse_ino_t ino)
+fuse_ino_t fs_inode_ref(struct fs_session *s, fuse_ino_t ino, struct stat *st)
 {
+	struct fs_inodes *t = s->inodes;
 	struct fs_node *n;
 
-	pthread_mutex_lock(&s->inodes->lock);
-	n = by_ino(s->inodes, ino);
+	pthread_mutex_lock(&t->lock);
+	n = by_ino(t, ino);
+	if (n && n->retired) {
+		/* The listing is older than the path's new node: name that one. */
+		n = find(t, n->path);
+		if (n && n->exists && n->ino)
+			node_stat(s, n, st);
+		else
+			n = NULL;
+	} else if (n) {
+		shown_size(n, st);
+	}
+	ino = n ? n->ino : 0;
 	if (n)
 		n->nlookup++;
-	pthread_mutex_unlock(&s->inodes->lock);
+	pthread_mutex_unlock(&t->lock);
+	return ino;
 }
 
 /*
- * Copies @ino's path into buf and says whether its attributes are fresh.
- * Returns 0, or -ENOENT for an unknown inode.
+ * Copies @ino's path into buf and says whether its attributes are fresh (a
+ * retired node's always are: they are its version's) and whether the node is
+ * retired (may be NULL). Returns 0, or -ENOENT for an unknown inode.
  */
-static int node_state(struct fs_session *s, fuse_ino_t ino, char *buf, size_t len, bool *is_fresh)
+static int node_state(struct fs_session *s, fuse_ino_t ino, char *buf, size_t len, bool *is_fresh,
+		      bool *is_retired)
 {
 	struct fs_node *n;
 
@@ -411,7 +501,9 @@ static int node_state(struct fs_session *s, fuse_ino_t ino, char *buf, size_t le
 	}
 	snprintf(buf, len, "%s", n->path);
 	/* the root is always there; its attributes come from the store once */
-	*is_fresh = cache_attr_fresh(n->attr_expires);
+	*is_fresh = n->retired || cache_attr_fresh(n->attr_expires);
+	if (is_retired)
+		*is_retired = n->retired;
 	pthread_mutex_unlock(&s->inodes->lock);
 	return 0;
 }
@@ -422,7 +514,7 @@ static struct fs_node *fresh_node(struct fs_session *s, fuse_ino_t ino, int *rc)
 	char path[4096];
 	bool ok;
 
-	*rc = node_state(s, ino, path, sizeof(path), &ok);
+	*rc = node_state(s, ino, path, sizeof(path), &ok, NULL);
 	if (*rc < 0)
 		return NULL;
 	if (!ok) {
@@ -452,17 +544,6 @@ int fs_inode_getattr(struct fs_session *s, fuse_ino_t ino, struct stat *st)
 	return rc;
 }
 
-void fs_inode_show(struct fs_session *s, fuse_ino_t ino, struct stat *st)
-{
-	struct fs_node *n;
-
-	pthread_mutex_lock(&s->inodes->lock);
-	n = by_ino(s->inodes, ino);
-	if (n)
-		shown_size(n, st);
-	pthread_mutex_unlock(&s->inodes->lock);
-}
-
 int fs_inode_open(struct fs_session *s, fuse_ino_t ino, struct cache_file **f,
 		  struct fs_open_mode *mode)
 {
@@ -488,6 +569,8 @@ void fs_inode_close(struct fs_session *s, fuse_req_t req, fuse_ino_t ino, struct
 		n->size_held = false;
 		reshow = true;
 	}
+	if (n)
+		drop_retired(s, n);
 	pthread_mutex_unlock(&s->inodes->lock);
 	/* The kernel was shown the closed version's size: attributes only (offset
 	 * -1), which is safe from inside a request, as in open_file(). */
@@ -581,7 +664,7 @@ static bool page_cache_mode(struct fs_session *s, struct fs_node *n, const char 
 
 	if (n->pt_opens > 0) {
 		/* The kernel holds a backing file on this inode: this open must use
-		 * it; one of another version is refused by open_file(). */
+		 * it; one of another version never gets here (open_file()). */
 		mode->passthrough = true;
 		mode->backing_id = n->backing_id;
 		n->pt_opens++;
@@ -606,9 +689,11 @@ static bool page_cache_mode(struct fs_session *s, struct fs_node *n, const char 
 static struct fs_node *confirmed_node(struct fs_session *s, fuse_ino_t ino, int *rc)
 {
 	char path[4096];
-	bool ok;
+	bool ok, retired;
 
-	*rc = node_state(s, ino, path, sizeof(path), &ok);
+	*rc = node_state(s, ino, path, sizeof(path), &ok, &retired);
+	if (*rc == 0 && retired)
+		*rc = -ESTALE; /* see open_file() */
 	if (*rc == 0)
 		*rc = refresh(s, path, true);
 	if (*rc < 0)
@@ -658,16 +743,17 @@ static int open_file(struct fs_session *s, fuse_ino_t ino, struct cache_file **f
 	if (rc == 0) {
 		a = n->attr;
 		snprintf(path, sizeof(path), "%s", n->path);
-		if (mode && n->pt_opens > 0 && strcmp(n->pt_version, a.version) != 0) {
-			if (!n->pt_busy_logged)
-				MCFS_WARN("%s changed in the store while open with passthrough: "
-					  "opens of the new version get EBUSY until those close",
-					  path);
-			n->pt_busy_logged = true;
-			rc = -EBUSY;
-		} else if (mode) {
+		/* A passthrough inode whose version the store replaced (retired by
+		 * refresh(), or here when the node's attributes moved on between
+		 * an open and its switch to passthrough): the kernel could open no
+		 * other version on it. ESTALE makes the VFS look the path up again
+		 * (LOOKUP_REVAL), which finds the path's new node. */
+		if (mode && !n->retired && n->pt_opens > 0 && strcmp(n->pt_version, a.version) != 0)
+			retire(s, n);
+		if (mode && n->retired)
+			rc = -ESTALE;
+		else if (mode)
 			changed = page_cache_mode(s, n, a.version, mode);
-		}
 	}
 	pthread_mutex_unlock(&s->inodes->lock);
 	if (rc < 0)
@@ -686,7 +772,7 @@ int fs_inode_readlink(struct fs_session *s, fuse_ino_t ino, char *buf, size_t le
 	bool ok;
 	int rc;
 
-	rc = node_state(s, ino, path, sizeof(path), &ok);
+	rc = node_state(s, ino, path, sizeof(path), &ok, NULL);
 	if (rc < 0)
 		return rc;
 	rc = cache_readlink(s->cache, path, buf, len);
@@ -697,7 +783,7 @@ int fs_inode_path(struct fs_session *s, fuse_ino_t ino, char *buf, size_t len)
 {
 	bool ok;
 
-	return node_state(s, ino, buf, len, &ok);
+	return node_state(s, ino, buf, len, &ok, NULL);
 }
 
 /* Builds a listing from the store's entries, updating the children's nodes. Lock held. */
@@ -721,9 +807,14 @@ static struct fs_listing *build_listing(struct fs_session *s, const char *dir,
 			free(l);
 			return NULL;
 		}
-		c->exists = true;
-		c->attr = ents[i].attr;
-		c->attr_expires = expires; /* as fresh as the listing */
+		/* A listing may be older than the version that passthrough opens
+		 * confirmed: it never retires their node (refresh() does), nor
+		 * overwrites the attributes of the version their inode serves. */
+		if (c->pt_opens == 0 || strcmp(c->pt_version, ents[i].attr.version) == 0) {
+			c->exists = true;
+			c->attr = ents[i].attr;
+			c->attr_expires = expires; /* as fresh as the listing */
+		}
 		l->ents[k].ino = c->ino;
 		fs_attr_to_stat(s, c->ino, &c->attr, &l->ents[k].st);
 		snprintf(l->ents[k].name, sizeof(l->ents[k].name), "%s", ents[i].name);

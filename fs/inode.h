@@ -3,7 +3,10 @@
  *
  * Inode numbers are stable for the life of the mount: a path gets a number
  * the first time it is seen and keeps it (nodes are never freed before
- * unmount; a model store has thousands of files, not billions). Nodes keep
+ * unmount; a model store has thousands of files, not billions), with one
+ * exception: a file replaced in the store while open with passthrough gets
+ * a new number, and the old one lives on for those opens until the kernel
+ * forgets it (then it is freed; numbers are never reused). Nodes keep
  * the attributes, "no such name" answers and directory listings that the
  * cache gave (cache_stat(), cache_list()) until the expiry it gave with them
  * (attr_ttl, negative_ttl: the policy is cache/'s). Lookups in a directory
@@ -44,7 +47,8 @@ void fs_inodes_free(struct fs_inodes *t);
 MCFS_MUST_CHECK int fs_inode_lookup(struct fs_session *s, fuse_ino_t parent, const char *name,
 				    struct fuse_entry_param *e);
 
-/* Drops @n lookups of @ino. The node itself stays (stable numbers). */
+/* Drops @n lookups of @ino. The node itself stays (stable numbers), unless it
+ * was retired for a newer version and has no open left: then it is freed. */
 void fs_inode_forget(struct fs_session *s, fuse_ino_t ino, uint64_t n);
 
 /* Current attributes of @ino (revalidated with the store after attr_ttl), as
@@ -53,23 +57,24 @@ void fs_inode_forget(struct fs_session *s, fuse_ino_t ino, uint64_t n);
 MCFS_MUST_CHECK int fs_inode_getattr(struct fs_session *s, fuse_ino_t ino, struct stat *st);
 
 /*
- * Adjusts @st, the attributes of @ino from a listing, before the kernel is
- * shown them (readdirplus): while opens of an older, larger version of the
- * file use the page cache, the size shown is that version's (see inode.c).
- * Can't fail.
- */
-void fs_inode_show(struct fs_session *s, fuse_ino_t ino, struct stat *st);
-
-/*
  * The listing of directory @ino; returns a new reference, drop with
  * fs_listing_put(). Entries have inode numbers (they count as looked up only
- * when readdirplus returns them: see fs_inode_ref()).
+ * when readdirplus returns them: see fs_inode_ref()). A listing is a
+ * snapshot: an entry may name the old inode of a file replaced since.
  */
 MCFS_MUST_CHECK int fs_inode_list(struct fs_session *s, fuse_ino_t ino, struct fs_listing **out);
 void fs_listing_put(struct fs_session *s, struct fs_listing *l);
 
-/* Counts one lookup of @ino (readdirplus entries). */
-void fs_inode_ref(struct fs_session *s, fuse_ino_t ino);
+/*
+ * For a readdirplus entry of a listing: counts one lookup and returns the
+ * inode number the kernel may be shown, @ino or, if @ino was retired for a
+ * newer version, the path's current one; 0 (nothing counted) if there is
+ * none. Adjusts @st (the listing's attributes) as getattr would show them:
+ * while opens of an older, larger version use the page cache, that
+ * version's size (see inode.c). Give the lookup back with fs_inode_forget()
+ * if the entry is not sent.
+ */
+fuse_ino_t fs_inode_ref(struct fs_session *s, fuse_ino_t ino, struct stat *st);
 
 /* How one open uses the kernel's page cache, or passthrough. */
 struct fs_open_mode {
@@ -84,10 +89,12 @@ struct fs_open_mode {
  * with the store now (cache_confirm(), unless open_check=ttl; new reference,
  * drop with cache_file_put()) and how the open uses the page cache (see
  * fs_open_mode; end it with fs_inode_close()). An open of the inode's
- * passthrough version while its passthrough opens last is passthrough too;
- * of another version then -EBUSY (the kernel allows neither a second backing
- * file nor a cached open on that inode). Errors: -EISDIR, -ENOENT, -EIO,
- * -EBUSY and the store's.
+ * passthrough version while its passthrough opens last is passthrough too.
+ * If the store has replaced that version, the inode keeps it for those opens
+ * and the path gets a new inode number (the kernel allows neither a second
+ * backing file nor a cached open on the old inode): -ESTALE, upon which the
+ * VFS looks the path up again and opens the new inode. Errors: -EISDIR,
+ * -ENOENT, -EIO, -ESTALE and the store's.
  */
 MCFS_MUST_CHECK int fs_inode_open(struct fs_session *s, fuse_ino_t ino, struct cache_file **f,
 				  struct fs_open_mode *mode);

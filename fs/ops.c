@@ -285,17 +285,21 @@ static size_t add_entry(fuse_req_t req, char *p, size_t rem, const char *name,
 	}
 	memset(&e, 0, sizeof(e));
 	e.attr = *st;
-	if (ino) { /* "." and ".." are not looked up: ino 0 makes no dentry */
-		fs_inode_show(s, ino, &e.attr); /* an older version may still be open */
-		e.ino = ino;
+	/* "." and ".." are not looked up: ino 0 makes no dentry. Counted before
+	 * the entry is sent (readdirplus counts as a lookup), given back if it
+	 * does not fit. */
+	if (ino)
+		e.ino = fs_inode_ref(s, ino, &e.attr);
+	if (e.ino) {
 		e.attr_timeout = s->cfg.attr_ttl;
 		e.entry_timeout = s->cfg.attr_ttl;
 	}
 	n = fuse_add_direntry_plus(req, p, rem, name, &e, next);
-	if (n > rem)
+	if (n > rem) {
+		if (e.ino)
+			fs_inode_forget(s, e.ino, 1);
 		return 0;
-	if (ino)
-		fs_inode_ref(s, ino); /* readdirplus counts as a lookup */
+	}
 	return n;
 }
 

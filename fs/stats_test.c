@@ -20,7 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define TEXT_MAX 8192
+#define TEXT_MAX 16384
 
 /* The keys of user.mcfs.stats before the table existed, in their order. */
 static const char legacy_keys[] =
