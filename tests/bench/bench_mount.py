@@ -27,7 +27,9 @@ safetensors rows are skipped, saying so, where the package is missing (the
 model is then a plain file of random bytes).
 
 Cold rows (a second table): the model served by nginx on loopback, read
-through a fresh mount of the http store (RAM tier only, empty) by dd bs=1M,
+through a fresh mount of the http store (RAM tier only, empty; timed once
+the daemon's start-up work is done: the tier faulted in, and pinned on a GPU
+machine) by dd bs=1M,
 1 reader and 4 readers on quarters, beside N curl processes of parallel
 ranged GETs to /dev/null (N = the CPU count, at least 8) and the same dd
 readers on the local file in page cache (the warm table's figures). COLD=0
@@ -303,6 +305,20 @@ def wait_pinned(path, timeout=600):
     raise RuntimeError("the RAM tier was not pinned after %d s" % timeout)
 
 
+def wait_started(m, path, timeout=600):
+    """A fresh daemon's start-up work: the RAM tier faulted in (ram_prefault,
+    in the background) and, on a GPU machine, pinned. The cold rows time a
+    running daemon's first read of a file, as a node that switches models
+    sees it, not the daemon's first seconds, where the fetch threads fault
+    (and the kernel zeroes) the tier's pages themselves."""
+    t0 = time.time()
+    while m.stats().get("ram_prefault") == 1:  # 1: running (cache/counters.h)
+        if time.time() - t0 > timeout:
+            raise RuntimeError("the RAM tier was not faulted in after %d s" % timeout)
+        time.sleep(0.1)
+    wait_pinned(path, timeout)
+
+
 def cold(data, src, size, local):
     """The cold table's rows: {name: (mcfs GB/s, curl GB/s, local GB/s)}."""
     n = max(8, os.cpu_count())
@@ -319,7 +335,7 @@ def cold(data, src, size, local):
                           ["ram_cache=%dM" % (size // MiB + 512), "open_check=ttl"])
                 try:
                     mpath = os.path.join(m.mnt, "model.safetensors")
-                    wait_pinned(mpath)
+                    wait_started(m, mpath)
                     secs.append(timed(mk(mpath)))
                 finally:
                     m.close()
