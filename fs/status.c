@@ -101,6 +101,11 @@ static void print_status(const char *mnt, const struct fs_stats *st)
 	       (unsigned long long)st->passthrough_fallbacks, (unsigned long long)cs->backing_files,
 	       mcfs_fmt_bytes(cs->backing_bytes, a, sizeof(a)),
 	       (unsigned long long)cs->backing_builds);
+	if (st->inode_renumbers || st->inodes_retired)
+		printf("  renumbered: %llu files replaced in the store while open with passthrough "
+		       "(new inode numbers); %llu old inodes still held by their opens\n",
+		       (unsigned long long)st->inode_renumbers,
+		       (unsigned long long)st->inodes_retired);
 }
 
 int fs_cmd_status(int argc, char **argv)

@@ -18,7 +18,7 @@ import os
 
 import pytest
 
-from conftest import mcfs_mount, need_root, wait_for
+from conftest import mcfs_mount, need_root, run_mcfs, wait_for
 from disk_helpers import settle
 from fuse_knobs import features
 from gen import MiB, drop_caches, rand_bytes
@@ -99,6 +99,10 @@ def test_replaced_while_open_with_passthrough(tmp, ttl):
                 st_p = os.stat(p)
                 assert (st_p.st_ino, st_p.st_size) == (ino_new, SIZE_B)
                 assert "changed in the store while open with passthrough" in m.log()
+                r = run_mcfs("status", m.path)
+                assert r.returncode == 0, r.stderr
+                assert "renumbered: 1 files replaced in the store while open with " \
+                    "passthrough (new inode numbers); 1 old inodes still held" in r.stdout, r.stdout
                 whole(new, b, "new open")
             finally:
                 new.close()
