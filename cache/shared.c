@@ -16,10 +16,15 @@
  * The write queue is bounded (each job pins a RAM slot) and a full one drops
  * the write, but for a block this node holds the lease of: other nodes wait
  * for that one, and dropping it would send each of them to the store, so
- * the fetch thread (its readers already answered) waits up to shared_timeout
- * for room, and gives the lease back if it must drop it after all. On a
- * cluster whose shared cache takes writes slower than the store gives
- * blocks, that wait is what keeps the store's traffic near one copy.
+ * the fetch thread (its readers already answered) waits for room up to
+ * shared_wait, as long as the other nodes wait for the block, and gives the
+ * lease back if it must drop it after all. On a cluster whose shared cache
+ * takes writes slower than the store gives blocks, that wait is what keeps
+ * the store's traffic near one copy: measured with 8 nodes on one Swift on 2
+ * CPUs (tests/bench/bench_shared.py, 2 GiB), whose PUTs took up to 2.8 s to
+ * answer, a wait of shared_timeout (2 s) dropped 41 leased blocks, each read
+ * from the store again by a waiter (1.16 times the model); so did a wait that
+ * gave up when no writer took a job for shared_timeout (37, 1.17 times).
  *
  * Why leases: N nodes that load one model at once miss every block together;
  * without them each fetches every block from the store, N times the model.
@@ -90,6 +95,7 @@ struct put_job {
 	const void *data; /* borrowed until done() */
 	uint32_t len;
 	bool check; /* HEAD first: another node may have written it */
+	bool owned; /* this node holds the block's lease: other nodes wait for it */
 	void *arg;
 };
 
@@ -105,6 +111,9 @@ struct cache_shared {
 	void *ctx;
 	struct health rd, wr;
 	atomic_uint settle_us; /* twice a small request's recent latency */
+	/* when a request was first cut by the service's silence (see quiet_long()),
+	 * or 0; a byte heard after it starts the count again */
+	atomic_uint_fast64_t quiet_ns;
 	atomic_uint waited_ms; /* how long waits for other nodes' blocks took lately */
 
 	pthread_mutex_t lock;	  /* guards the queue, closing and state changes */
@@ -168,6 +177,28 @@ static void release(struct health *h, enum ticket t)
 	}
 }
 
+/*
+ * A request was cut because the service sent nothing for shared_timeout. Has
+ * that silence lasted another shared_timeout since the first request it cut
+ * (down), or did it just begin? A busy service falls silent for seconds at
+ * times (measured with 8 nodes on one Swift on 2 CPUs: one node heard
+ * nothing for 2 s once in a 2 GiB load, and going down for SHARED_RETRY_S
+ * sent 1.9 times the model to the origin); a stopped one stays silent. So the
+ * first cut only sends its read to the store, and the tier goes down when the
+ * service is still silent a shared_timeout later: a reader waits at most
+ * about shared_timeout either way.
+ */
+static bool quiet_long(struct cache_shared *sh)
+{
+	uint64_t now = mcfs_now_ns(), first = atomic_load(&sh->quiet_ns);
+
+	if (first == 0 || remote_blob_heard(sh->blob) > first) {
+		atomic_store(&sh->quiet_ns, now);
+		return false;
+	}
+	return now - first >= (uint64_t)(sh->timeout_s * 1e9);
+}
+
 /* A request of ticket @t (@op on @key) failed: an up state goes down, logged once. */
 static void went_wrong(struct cache_shared *sh, struct health *h, enum ticket t, const char *op,
 		       const char *key, const struct remote_blob_res *res)
@@ -175,6 +206,12 @@ static void went_wrong(struct cache_shared *sh, struct health *h, enum ticket t,
 	unsigned long long now = mcfs_now_ns();
 
 	count(&sh->errors, 1);
+	if (h == &sh->rd && t == T_NORMAL && (res->busy || (res->quiet && !quiet_long(sh)))) {
+		/* a busy service, not a gone one: this read goes to the store */
+		MCFS_DEBUG("shared cache %s: %s %s: %s; busy, not down", sh->name, op, key,
+			   res->error);
+		return;
+	}
 	pthread_mutex_lock(&sh->lock);
 	if (atomic_load(&h->state) == H_UP && t != T_NONE) {
 		atomic_store(&h->state, H_DOWN);
@@ -200,11 +237,16 @@ static void went_wrong(struct cache_shared *sh, struct health *h, enum ticket t,
 	pthread_mutex_unlock(&sh->lock);
 }
 
-/* The service itself failed (no answer, a timeout, a 5xx), not refused one request. */
+/*
+ * The service itself failed (no answer, a timeout, a 5xx), not refused one
+ * request. A block PUT that it took whole and did not answer in time is no
+ * sign of that: the service is slow to store, and its reads may be fine.
+ */
 static bool service_down(int rc, const struct remote_blob_res *res)
 {
 	/* no final status: nothing, or only "100 Continue", came back */
-	return rc == -EIO && (res->status < 200 || (res->status >= 500 && res->status != 507));
+	return rc == -EIO && !res->unanswered &&
+	       (res->status < 200 || (res->status >= 500 && res->status != 507));
 }
 
 /* A write (@op on @key) failed: the whole tier down, or its writes refused. */
@@ -358,7 +400,7 @@ static int write_lease(struct cache_shared *sh, const char *lkey, bool released)
 		return -ENOTCONN;
 	n = snprintf(body, sizeof(body), "%s %" PRIu64 "%s\n", sh->node, wall_ms(),
 		     released ? " released" : "");
-	rc = remote_blob_put(sh->blob, lkey, body, (size_t)n, NULL, 0, &res);
+	rc = remote_blob_put_small(sh->blob, lkey, body, (size_t)n, &res);
 	note_latency(sh, t0);
 	if (rc < 0) {
 		write_failed(sh, t, rc, "PUT", lkey, &res);
@@ -484,6 +526,19 @@ enum cache_shared_got cache_shared_get(struct cache_shared *sh,
 
 /* ---- writes ------------------------------------------------------------- */
 
+/*
+ * Gives back the lease of block @key, which this node will not write after
+ * all: a waiting node claims it, instead of all of them waiting shared_wait
+ * and going to the store. Failing, the lease expires after shared_wait.
+ */
+static void give_back(struct cache_shared *sh, const char *key)
+{
+	char lkey[CACHE_SHARED_KEY_MAX + sizeof(LEASE_SUFFIX)];
+
+	snprintf(lkey, sizeof(lkey), "%s" LEASE_SUFFIX, key);
+	(void)write_lease(sh, lkey, true);
+}
+
 static void write_one(struct cache_shared *sh, const struct put_job *j)
 {
 	unsigned char tr[CACHE_SHARED_TRAILER];
@@ -504,17 +559,19 @@ static void write_one(struct cache_shared *sh, const struct put_job *j)
 			went_well(sh, &sh->wr, t);
 			return;
 		}
-		if (rc < 0 && rc != -ENOENT && service_down(rc, &res)) {
-			count(&sh->put_drops, 1);
-			write_failed(sh, t, rc, "HEAD", j->key, &res);
-			return;
-		}
+		/* a HEAD that failed only leaves the question open: the PUT's
+		 * answer (a busy service's HEAD may be late where its PUT is not)
+		 * says whether the service is down */
+		if (rc < 0 && rc != -ENOENT)
+			count(&sh->errors, 1);
 	}
 	cache_shared_trailer(j->key, j->data, j->len, tr);
 	rc = remote_blob_put(sh->blob, j->key, j->data, j->len, tr, sizeof(tr), &res);
 	if (rc < 0) {
 		count(&sh->put_drops, 1);
 		write_failed(sh, t, rc, "PUT", j->key, &res);
+		if (j->owned)
+			give_back(sh, j->key);
 		return;
 	}
 	count(&sh->puts, 1);
@@ -551,15 +608,15 @@ static void *writer_thread(void *arg)
 }
 
 /*
- * Waits for room in the queue, up to shared_timeout: for a block whose lease
- * this node holds, other nodes are waiting; dropping it would send each of
- * them to the store. Called (and returns) with sh->lock held; the caller's
- * readers were answered before. Sleeps on sh->room (sh->lock) until a writer
- * takes a job, the tier closes, or the time is up.
+ * Waits for room in the queue, up to shared_wait: for a block whose lease
+ * this node holds, other nodes are waiting, that long; dropping it would send
+ * each of them to the store. Called (and returns) with sh->lock held; the
+ * caller's readers were answered before. Sleeps on sh->room (sh->lock) until
+ * a writer takes a job, the tier closes, or the time is up.
  */
 static void wait_for_room(struct cache_shared *sh)
 {
-	struct timespec ts = deadline_in(sh->timeout_s);
+	struct timespec ts = deadline_in(sh->wait_s);
 
 	while (!sh->closing && sh->qn == sh->qmax &&
 	       pthread_cond_timedwait(&sh->room, &sh->lock, &ts) == 0)
@@ -569,7 +626,7 @@ static void wait_for_room(struct cache_shared *sh)
 int cache_shared_put(struct cache_shared *sh, const struct cache_shared_block *blk,
 		     const void *data, enum cache_shared_got got, void *arg)
 {
-	char key[CACHE_SHARED_KEY_MAX], lkey[CACHE_SHARED_KEY_MAX + sizeof(LEASE_SUFFIX)];
+	char key[CACHE_SHARED_KEY_MAX];
 	struct put_job *j;
 
 	if (atomic_load(&sh->rd.state) != H_UP ||
@@ -585,12 +642,8 @@ int cache_shared_put(struct cache_shared *sh, const struct cache_shared_block *b
 	if (sh->closing || sh->qn == sh->qmax) {
 		pthread_mutex_unlock(&sh->lock);
 		count(&sh->put_drops, 1);
-		if (got == CACHE_SHARED_OWNED) {
-			/* give the lease back: a waiting node claims it, not all of them
-			 * time out and go to the store */
-			snprintf(lkey, sizeof(lkey), "%s" LEASE_SUFFIX, key);
-			(void)write_lease(sh, lkey, true); /* failing, it expires */
-		}
+		if (got == CACHE_SHARED_OWNED)
+			give_back(sh, key);
 		return -EAGAIN;
 	}
 	j = &sh->q[(sh->qhead + sh->qn) % sh->qmax];
@@ -598,6 +651,7 @@ int cache_shared_put(struct cache_shared *sh, const struct cache_shared_block *b
 	j->data = data;
 	j->len = blk->len;
 	j->check = got == CACHE_SHARED_MISS;
+	j->owned = got == CACHE_SHARED_OWNED;
 	j->arg = arg;
 	sh->qn++;
 	pthread_cond_signal(&sh->work);
