@@ -123,6 +123,11 @@ def test_two_daemons_share_blocks_http(swift, origin, tmp_path):
         st = written(a, n)
         assert st["shared_misses"] == n and st["shared_puts"] == n, st
         assert st["store_reads"] >= n, st
+        status = run_mcfs("status", a.path).stdout
+        assert ("shared tier: up; hit ratio 0.0%% (0 hits, %d misses), 0 B read;" % n) in status, \
+            status
+        assert ("written 6.0 MiB (%d blocks), 0 found there already, 0 dropped, 0 queued; "
+                "0 errors, 0 corrupt objects refused" % n) in status, status
         objs = blocks_in(swift, "http")
         # whole blocks, the last one short, each with its trailer
         assert list(objs.values()) == [BLOCK + TRAILER] * (n - 1) + \
@@ -132,7 +137,13 @@ def test_two_daemons_share_blocks_http(swift, origin, tmp_path):
             assert read(b.p("model.bin")) == data
             rc.check_random_ranges(b.p("model.bin"), data, n=20)
             st = b.stats()
+            status = run_mcfs("status", b.path).stdout
         assert st["store_reads"] == 0 and st["store_bytes"] == 0, st
+        # `mcfs status` shows the tier (issue 15): up, every block a hit, nothing written
+        assert ("shared tier: up; hit ratio 100.0%% (%d hits, 0 misses), 6.0 MiB read; "
+                "0 waited for another node's fetch, 0 gave up waiting" % n) in status, status
+        assert ("written 0 B (0 blocks), 0 found there already, 0 dropped, 0 queued; "
+                "0 errors, 0 corrupt objects refused") in status, status
         assert st["shared_hits"] == n and st["shared_corrupt"] == 0, st
         assert st["shared_read_bytes"] == len(data), st
         assert origin_gets(str(tmp_path / "access.log"), "model.bin") == []
