@@ -239,11 +239,18 @@ static void went_wrong(struct cache_shared *sh, struct health *h, enum ticket t,
 
 /*
  * The service itself failed (no answer, a timeout, a 5xx), not refused one
- * request. A block PUT that it took whole and did not answer in time is no
- * sign of that: the service is slow to store, and its reads may be fine.
+ * request. A request cut by the service's silence, or while it answered
+ * others, is a matter of the whole service: the read state's rules
+ * (went_wrong()) say whether it is down or busy, whatever the status line
+ * that came before the silence (a busy Swift once sent one, then nothing for
+ * 2 s, and its writes were counted as refused). A block PUT that it took
+ * whole and did not answer in time is slow to store, not down: its reads may
+ * be fine.
  */
 static bool service_down(int rc, const struct remote_blob_res *res)
 {
+	if (res->quiet || res->busy)
+		return true;
 	/* no final status: nothing, or only "100 Continue", came back */
 	return rc == -EIO && !res->unanswered &&
 	       (res->status < 200 || (res->status >= 500 && res->status != 507));
@@ -385,22 +392,32 @@ static int read_lease(struct cache_shared *sh, const char *lkey, bool *mine, boo
 }
 
 /* Writes our lease @lkey, or (@released) gives it back. 0, or -errno. */
-static int write_lease(struct cache_shared *sh, const char *lkey, bool released)
+/* A lease object's body into @body: "NODE TIME_MS[ released]\n". Returns its length. */
+static size_t lease_body(struct cache_shared *sh, bool released, char body[LEASE_MAX])
+{
+	int n = snprintf(body, LEASE_MAX, "%s %" PRIu64 "%s\n", sh->node, wall_ms(),
+			 released ? " released" : "");
+
+	return (size_t)MCFS_MIN(MCFS_MAX(n, 0), LEASE_MAX - 1);
+}
+
+/* Writes our lease @lkey. 0, or -errno. */
+static int write_lease(struct cache_shared *sh, const char *lkey)
 {
 	char body[LEASE_MAX];
 	unsigned long long t0 = mcfs_now_ns();
 	struct remote_blob_res res;
 	enum ticket t;
-	int n, rc;
+	size_t n;
+	int rc;
 
 	if (atomic_load(&sh->rd.state) != H_UP)
 		return -ENOTCONN;
 	t = begin(&sh->wr);
 	if (t == T_NONE)
 		return -ENOTCONN;
-	n = snprintf(body, sizeof(body), "%s %" PRIu64 "%s\n", sh->node, wall_ms(),
-		     released ? " released" : "");
-	rc = remote_blob_put_small(sh->blob, lkey, body, (size_t)n, &res);
+	n = lease_body(sh, false, body);
+	rc = remote_blob_put_small(sh->blob, lkey, body, n, &res);
 	note_latency(sh, t0);
 	if (rc < 0) {
 		write_failed(sh, t, rc, "PUT", lkey, &res);
@@ -417,7 +434,7 @@ static int write_lease(struct cache_shared *sh, const char *lkey, bool released)
 static int claim(struct cache_shared *sh, const char *lkey)
 {
 	bool mine, held;
-	int rc = write_lease(sh, lkey, false);
+	int rc = write_lease(sh, lkey);
 
 	if (rc < 0)
 		return rc;
@@ -529,14 +546,22 @@ enum cache_shared_got cache_shared_get(struct cache_shared *sh,
 /*
  * Gives back the lease of block @key, which this node will not write after
  * all: a waiting node claims it, instead of all of them waiting shared_wait
- * and going to the store. Failing, the lease expires after shared_wait.
+ * and going to the store. Sent also while writes are counted down (one small
+ * request, and the waiters need it most then), but not while the tier is;
+ * it changes no state. Failing, the lease expires after shared_wait.
  */
 static void give_back(struct cache_shared *sh, const char *key)
 {
-	char lkey[CACHE_SHARED_KEY_MAX + sizeof(LEASE_SUFFIX)];
+	char lkey[CACHE_SHARED_KEY_MAX + sizeof(LEASE_SUFFIX)], body[LEASE_MAX];
+	struct remote_blob_res res;
+	size_t n;
 
+	if (atomic_load(&sh->rd.state) != H_UP)
+		return;
 	snprintf(lkey, sizeof(lkey), "%s" LEASE_SUFFIX, key);
-	(void)write_lease(sh, lkey, true);
+	n = lease_body(sh, true, body);
+	if (remote_blob_put_small(sh->blob, lkey, body, n, &res) < 0)
+		count(&sh->errors, 1);
 }
 
 static void write_one(struct cache_shared *sh, const struct put_job *j)
@@ -629,11 +654,15 @@ int cache_shared_put(struct cache_shared *sh, const struct cache_shared_block *b
 	char key[CACHE_SHARED_KEY_MAX];
 	struct put_job *j;
 
-	if (atomic_load(&sh->rd.state) != H_UP ||
-	    (atomic_load(&sh->wr.state) == H_DOWN &&
-	     mcfs_now_ns() < atomic_load(&sh->wr.retry_ns)) ||
-	    cache_shared_key(sh->store, sh->bs, blk, key, sizeof(key)) < 0) {
+	if (cache_shared_key(sh->store, sh->bs, blk, key, sizeof(key)) < 0) {
 		count(&sh->put_drops, 1);
+		return -ENOTCONN;
+	}
+	if (atomic_load(&sh->rd.state) != H_UP || (atomic_load(&sh->wr.state) == H_DOWN &&
+						   mcfs_now_ns() < atomic_load(&sh->wr.retry_ns))) {
+		count(&sh->put_drops, 1);
+		if (got == CACHE_SHARED_OWNED)
+			give_back(sh, key);
 		return -ENOTCONN;
 	}
 	pthread_mutex_lock(&sh->lock);
