@@ -16,10 +16,15 @@
  * The write queue is bounded (each job pins a RAM slot) and a full one drops
  * the write, but for a block this node holds the lease of: other nodes wait
  * for that one, and dropping it would send each of them to the store, so
- * the fetch thread (its readers already answered) waits up to shared_timeout
- * for room, and gives the lease back if it must drop it after all. On a
- * cluster whose shared cache takes writes slower than the store gives
- * blocks, that wait is what keeps the store's traffic near one copy.
+ * the fetch thread (its readers already answered) waits for room up to
+ * shared_wait, as long as the other nodes wait for the block, and gives the
+ * lease back if it must drop it after all. On a cluster whose shared cache
+ * takes writes slower than the store gives blocks, that wait is what keeps
+ * the store's traffic near one copy: measured with 8 nodes on one Swift on 2
+ * CPUs (tests/bench/bench_shared.py, 2 GiB), whose PUTs took up to 2.8 s to
+ * answer, a wait of shared_timeout (2 s) dropped 41 leased blocks, each read
+ * from the store again by a waiter (1.16 times the model); so did a wait that
+ * gave up when no writer took a job for shared_timeout (37, 1.17 times).
  *
  * Why leases: N nodes that load one model at once miss every block together;
  * without them each fetches every block from the store, N times the model.
@@ -31,19 +36,16 @@
  * that slips through costs one duplicate store read; a lease whose node died
  * costs the waiters shared_wait, once, and expires after that long.
  *
- * Health: two up/down states, reads (the whole tier) and writes. A request
- * that fails (no answer, a timeout, a 5xx; for reads also 403) takes its
- * state down with one log line; while down, requests are not sent (reads go
- * to the store, writes are dropped) but one probe every SHARED_RETRY_S
- * seconds, whose success brings it up with one line. Requests that were in
- * flight when it went down change nothing: only a probe brings it back, so a
- * slow service does not flap.
+ * Health: two up/down states, reads (the whole tier) and writes, kept by
+ * shared_health.c; every request asks cache_shared_begin() first and reports
+ * how it went.
  *
  * Refuses: to serve bytes it could not verify; to hold a reader for a
  * write; to log credentials.
  */
 #define _GNU_SOURCE
 #include "shared.h"
+#include "shared_int.h"
 
 #include "blob.h"
 #include "cache.h"
@@ -59,10 +61,6 @@
 #include <time.h>
 #include <unistd.h>
 
-#define SHARED_RETRY_S 5 /* a down tier is probed this often: a restart's time */
-/* Writer threads: a PUT of 8 MiB waits on the service more than on us, and a
- * node that holds leases must write as fast as it fetches, or others wait. */
-#define SHARED_WRITERS 4
 #define LEASE_SUFFIX ".lease"
 #define LEASE_MAX 160	     /* a lease object: "NODE TIME_MS[ released]\n" */
 #define LEASE_LOOK_EVERY 4   /* a waiter looks at the lease every this many polls */
@@ -70,154 +68,6 @@
 #define POLL_MAX_MS 1000     /* polls double up to this */
 #define SETTLE_MIN_US 10000  /* a lease's pause before its read-back, at least */
 #define SETTLE_MAX_US 200000 /* and at most */
-#define NS_PER_S 1000000000ull
-
-enum { H_UP = 0, H_DOWN = 1 };
-
-/* What begin() allows: nothing (down), a request, or the one probe of a down state. */
-enum ticket { T_NONE, T_NORMAL, T_PROBE };
-
-struct health {
-	const char *what;	       /* "reads" or "writes", for log lines */
-	atomic_int state;	       /* H_UP or H_DOWN */
-	atomic_bool probing;	       /* H_DOWN: the probe is out */
-	atomic_uint_fast64_t retry_ns; /* H_DOWN: when the next probe may go */
-	unsigned long long since_ns;   /* guarded by sh->lock: when it went down */
-};
-
-struct put_job {
-	char key[CACHE_SHARED_KEY_MAX];
-	const void *data; /* borrowed until done() */
-	uint32_t len;
-	bool check; /* HEAD first: another node may have written it */
-	void *arg;
-};
-
-struct cache_shared {
-	struct remote_blob *blob;
-	const char *name; /* s3://bucket/prefix, for logs */
-	char store[128];  /* cache_store_dir_name() of the store */
-	uint64_t bs;
-	double wait_s;	  /* shared_wait */
-	double timeout_s; /* shared_timeout */
-	char node[96];	  /* this daemon in leases: host name and a random number */
-	void (*done)(void *ctx, void *arg);
-	void *ctx;
-	struct health rd, wr;
-	atomic_uint settle_us; /* twice a small request's recent latency */
-	atomic_uint waited_ms; /* how long waits for other nodes' blocks took lately */
-
-	pthread_mutex_t lock;	  /* guards the queue, closing and state changes */
-	pthread_cond_t work;	  /* the queue got a job, or closing */
-	pthread_cond_t room;	  /* a writer took a job: the queue has room (CLOCK_MONOTONIC) */
-	pthread_cond_t stop_cond; /* cache_shared_stop(): wakes pauses (CLOCK_MONOTONIC) */
-	struct put_job *q;	  /* ring of qmax jobs, guarded by lock */
-	unsigned qmax, qhead, qn; /* guarded by lock */
-	unsigned writing;	  /* guarded by lock: jobs being written now */
-	bool closing;		  /* guarded by lock: writers finish the queue and end */
-	atomic_bool stopping;	  /* no more waiting for other nodes */
-	pthread_t writers[SHARED_WRITERS];
-	unsigned nwriters;
-
-	/* The shared_* rows of cache/counters.h; relaxed. */
-	atomic_uint_fast64_t hits, misses, read_bytes, waits, wait_timeouts, puts, put_bytes,
-	    put_skips, put_drops, corrupt, errors;
-};
-
-static void count(atomic_uint_fast64_t *c, uint64_t n)
-{
-	atomic_fetch_add_explicit(c, n, memory_order_relaxed);
-}
-
-/* ---- health ------------------------------------------------------------- */
-
-static enum ticket begin(struct health *h)
-{
-	bool no = false;
-
-	if (atomic_load(&h->state) == H_UP)
-		return T_NORMAL;
-	if (mcfs_now_ns() < atomic_load(&h->retry_ns))
-		return T_NONE;
-	if (!atomic_compare_exchange_strong(&h->probing, &no, true))
-		return T_NONE;
-	return T_PROBE;
-}
-
-/* A request of ticket @t went well: a probe brings its state up. */
-static void went_well(struct cache_shared *sh, struct health *h, enum ticket t)
-{
-	if (t != T_PROBE)
-		return;
-	pthread_mutex_lock(&sh->lock);
-	if (atomic_load(&h->state) == H_DOWN) {
-		atomic_store(&h->state, H_UP);
-		MCFS_INFO("shared cache %s: %s up again after %.1f s", sh->name, h->what,
-			  (double)(mcfs_now_ns() - h->since_ns) / 1e9);
-	}
-	atomic_store(&h->probing, false);
-	pthread_mutex_unlock(&sh->lock);
-}
-
-/* Ends a probe ticket of @h whose failure another state answers for. */
-static void release(struct health *h, enum ticket t)
-{
-	if (t == T_PROBE) {
-		atomic_store(&h->retry_ns, mcfs_now_ns() + SHARED_RETRY_S * NS_PER_S);
-		atomic_store(&h->probing, false);
-	}
-}
-
-/* A request of ticket @t (@op on @key) failed: an up state goes down, logged once. */
-static void went_wrong(struct cache_shared *sh, struct health *h, enum ticket t, const char *op,
-		       const char *key, const struct remote_blob_res *res)
-{
-	unsigned long long now = mcfs_now_ns();
-
-	count(&sh->errors, 1);
-	pthread_mutex_lock(&sh->lock);
-	if (atomic_load(&h->state) == H_UP && t != T_NONE) {
-		atomic_store(&h->state, H_DOWN);
-		h->since_ns = now;
-		atomic_store(&h->retry_ns, now + SHARED_RETRY_S * NS_PER_S);
-		if (h == &sh->rd)
-			MCFS_WARN("shared cache %s: down (%s %s: %s); reads go to the store, "
-				  "trying it again every %d s",
-				  sh->name, op, key, res->error[0] ? res->error : "failed",
-				  SHARED_RETRY_S);
-		else
-			MCFS_WARN("shared cache %s: refuses writes (%s %s: %s); blocks are read "
-				  "from it but not added, trying again every %d s",
-				  sh->name, op, key, res->error[0] ? res->error : "failed",
-				  SHARED_RETRY_S);
-	} else if (t == T_PROBE) {
-		atomic_store(&h->retry_ns, now + SHARED_RETRY_S * NS_PER_S);
-		MCFS_DEBUG("shared cache %s: %s still down (%s %s: %s)", sh->name, h->what, op, key,
-			   res->error);
-	}
-	if (t == T_PROBE)
-		atomic_store(&h->probing, false);
-	pthread_mutex_unlock(&sh->lock);
-}
-
-/* The service itself failed (no answer, a timeout, a 5xx), not refused one request. */
-static bool service_down(int rc, const struct remote_blob_res *res)
-{
-	/* no final status: nothing, or only "100 Continue", came back */
-	return rc == -EIO && (res->status < 200 || (res->status >= 500 && res->status != 507));
-}
-
-/* A write (@op on @key) failed: the whole tier down, or its writes refused. */
-static void write_failed(struct cache_shared *sh, enum ticket wt, int rc, const char *op,
-			 const char *key, const struct remote_blob_res *res)
-{
-	if (service_down(rc, res)) {
-		went_wrong(sh, &sh->rd, T_NORMAL, op, key, res);
-		release(&sh->wr, wt);
-	} else {
-		went_wrong(sh, &sh->wr, wt, op, key, res);
-	}
-}
 
 /* ---- small helpers ------------------------------------------------------ */
 
@@ -288,21 +138,21 @@ static enum cache_shared_got get_block(struct cache_shared *sh, enum ticket t, c
 	else if (rc == -EBADMSG)
 		why = "its size is not the block's and trailer's: truncated, or not a block";
 	if (rc == 0 || rc == -ENOENT || rc == -EBADMSG)
-		went_well(sh, &sh->rd, t);
+		cache_shared_went_well(sh, &sh->rd, t);
 	if (rc == 0) {
-		count(&sh->read_bytes, blk->len);
+		shared_count(&sh->read_bytes, blk->len);
 		return CACHE_SHARED_HIT;
 	}
 	if (rc == -ENOENT)
 		return CACHE_SHARED_MISS;
 	if (rc == -EBADMSG) {
-		count(&sh->corrupt, 1);
+		shared_count(&sh->corrupt, 1);
 		MCFS_WARN("shared cache %s%s (block %" PRIu64 " of %s): refused, %s; fetching it "
 			  "from the store and writing it over",
 			  sh->name, key, blk->index, blk->path, why);
 		return CACHE_SHARED_BAD;
 	}
-	went_wrong(sh, &sh->rd, t, "GET", key, &res);
+	cache_shared_went_wrong(sh, &sh->rd, t, "GET", key, &res);
 	return CACHE_SHARED_SKIP;
 }
 
@@ -317,7 +167,7 @@ static int read_lease(struct cache_shared *sh, const char *lkey, bool *mine, boo
 	unsigned long long t0 = mcfs_now_ns(), ms = 0;
 	uint64_t now = wall_ms(), wait_ms = (uint64_t)(sh->wait_s * 1000);
 	struct remote_blob_res res;
-	enum ticket t = begin(&sh->rd);
+	enum ticket t = cache_shared_begin(&sh->rd);
 	size_t n;
 	int rc;
 
@@ -327,10 +177,10 @@ static int read_lease(struct cache_shared *sh, const char *lkey, bool *mine, boo
 	rc = remote_blob_get_small(sh->blob, lkey, body, LEASE_MAX, &n, &res);
 	note_latency(sh, t0);
 	if (rc != 0 && rc != -ENOENT && rc != -EBADMSG) {
-		went_wrong(sh, &sh->rd, t, "GET", lkey, &res);
+		cache_shared_went_wrong(sh, &sh->rd, t, "GET", lkey, &res);
 		return -EIO;
 	}
-	went_well(sh, &sh->rd, t);
+	cache_shared_went_well(sh, &sh->rd, t);
 	if (rc == -ENOENT)
 		return rc;
 	body[rc == 0 ? n : 0] = '\0';
@@ -343,28 +193,38 @@ static int read_lease(struct cache_shared *sh, const char *lkey, bool *mine, boo
 }
 
 /* Writes our lease @lkey, or (@released) gives it back. 0, or -errno. */
-static int write_lease(struct cache_shared *sh, const char *lkey, bool released)
+/* A lease object's body into @body: "NODE TIME_MS[ released]\n". Returns its length. */
+static size_t lease_body(struct cache_shared *sh, bool released, char body[LEASE_MAX])
+{
+	int n = snprintf(body, LEASE_MAX, "%s %" PRIu64 "%s\n", sh->node, wall_ms(),
+			 released ? " released" : "");
+
+	return (size_t)MCFS_MIN(MCFS_MAX(n, 0), LEASE_MAX - 1);
+}
+
+/* Writes our lease @lkey. 0, or -errno. */
+static int write_lease(struct cache_shared *sh, const char *lkey)
 {
 	char body[LEASE_MAX];
 	unsigned long long t0 = mcfs_now_ns();
 	struct remote_blob_res res;
 	enum ticket t;
-	int n, rc;
+	size_t n;
+	int rc;
 
 	if (atomic_load(&sh->rd.state) != H_UP)
 		return -ENOTCONN;
-	t = begin(&sh->wr);
+	t = cache_shared_begin(&sh->wr);
 	if (t == T_NONE)
 		return -ENOTCONN;
-	n = snprintf(body, sizeof(body), "%s %" PRIu64 "%s\n", sh->node, wall_ms(),
-		     released ? " released" : "");
-	rc = remote_blob_put(sh->blob, lkey, body, (size_t)n, NULL, 0, &res);
+	n = lease_body(sh, false, body);
+	rc = remote_blob_put_small(sh->blob, lkey, body, n, &res);
 	note_latency(sh, t0);
 	if (rc < 0) {
-		write_failed(sh, t, rc, "PUT", lkey, &res);
+		cache_shared_write_failed(sh, t, rc, "PUT", lkey, &res);
 		return rc;
 	}
-	went_well(sh, &sh->wr, t);
+	cache_shared_went_well(sh, &sh->wr, t);
 	return 0;
 }
 
@@ -375,7 +235,7 @@ static int write_lease(struct cache_shared *sh, const char *lkey, bool released)
 static int claim(struct cache_shared *sh, const char *lkey)
 {
 	bool mine, held;
-	int rc = write_lease(sh, lkey, false);
+	int rc = write_lease(sh, lkey);
 
 	if (rc < 0)
 		return rc;
@@ -413,12 +273,12 @@ static enum cache_shared_got await_block(struct cache_shared *sh, const char *ke
 	for (;;) {
 		if (pause_ms(sh, ms))
 			return CACHE_SHARED_MISS; /* stopping: the store, without waiting */
-		t = begin(&sh->rd);
+		t = cache_shared_begin(&sh->rd);
 		if (t == T_NONE)
 			return CACHE_SHARED_SKIP;
 		got = get_block(sh, t, key, blk, buf);
 		if (got == CACHE_SHARED_HIT) {
-			count(&sh->waits, 1);
+			shared_count(&sh->waits, 1);
 			atomic_store_explicit(
 			    &sh->waited_ms,
 			    (avg * 3 + (unsigned)((mcfs_now_ns() - t0) / 1000000)) / 4,
@@ -427,7 +287,7 @@ static enum cache_shared_got await_block(struct cache_shared *sh, const char *ke
 		if (got != CACHE_SHARED_MISS)
 			return got;
 		if (mcfs_now_ns() >= deadline) {
-			count(&sh->wait_timeouts, 1);
+			shared_count(&sh->wait_timeouts, 1);
 			MCFS_DEBUG("shared cache %s%s: not written within shared_wait (%.1f s); "
 				   "fetching it from the store",
 				   sh->name, key, sh->wait_s);
@@ -469,20 +329,41 @@ enum cache_shared_got cache_shared_get(struct cache_shared *sh,
 
 	if (cache_shared_key(sh->store, sh->bs, blk, key, sizeof(key)) < 0)
 		return CACHE_SHARED_SKIP;
-	t = begin(&sh->rd);
+	t = cache_shared_begin(&sh->rd);
 	if (t == T_NONE)
 		return CACHE_SHARED_SKIP;
 	got = get_block(sh, t, key, blk, buf);
 	if (got == CACHE_SHARED_MISS && sh->wait_s > 0)
 		got = take_lease(sh, key, blk, buf);
 	if (got == CACHE_SHARED_HIT)
-		count(&sh->hits, 1);
+		shared_count(&sh->hits, 1);
 	else if (got != CACHE_SHARED_SKIP)
-		count(&sh->misses, 1);
+		shared_count(&sh->misses, 1);
 	return got;
 }
 
 /* ---- writes ------------------------------------------------------------- */
+
+/*
+ * Gives back the lease of block @key, which this node will not write after
+ * all: a waiting node claims it, instead of all of them waiting shared_wait
+ * and going to the store. Sent also while writes are counted down (one small
+ * request, and the waiters need it most then), but not while the tier is;
+ * it changes no state. Failing, the lease expires after shared_wait.
+ */
+static void give_back(struct cache_shared *sh, const char *key)
+{
+	char lkey[CACHE_SHARED_KEY_MAX + sizeof(LEASE_SUFFIX)], body[LEASE_MAX];
+	struct remote_blob_res res;
+	size_t n;
+
+	if (atomic_load(&sh->rd.state) != H_UP)
+		return;
+	snprintf(lkey, sizeof(lkey), "%s" LEASE_SUFFIX, key);
+	n = lease_body(sh, true, body);
+	if (remote_blob_put_small(sh->blob, lkey, body, n, &res) < 0)
+		shared_count(&sh->errors, 1);
+}
 
 static void write_one(struct cache_shared *sh, const struct put_job *j)
 {
@@ -492,34 +373,36 @@ static void write_one(struct cache_shared *sh, const struct put_job *j)
 	enum ticket t;
 	int rc;
 
-	t = atomic_load(&sh->rd.state) == H_UP ? begin(&sh->wr) : T_NONE;
+	t = atomic_load(&sh->rd.state) == H_UP ? cache_shared_begin(&sh->wr) : T_NONE;
 	if (t == T_NONE) {
-		count(&sh->put_drops, 1);
+		shared_count(&sh->put_drops, 1);
 		return;
 	}
 	if (j->check) {
 		rc = remote_blob_head(sh->blob, j->key, &size, &res);
 		if (rc == 0 && size == (uint64_t)j->len + CACHE_SHARED_TRAILER) {
-			count(&sh->put_skips, 1);
-			went_well(sh, &sh->wr, t);
+			shared_count(&sh->put_skips, 1);
+			cache_shared_went_well(sh, &sh->wr, t);
 			return;
 		}
-		if (rc < 0 && rc != -ENOENT && service_down(rc, &res)) {
-			count(&sh->put_drops, 1);
-			write_failed(sh, t, rc, "HEAD", j->key, &res);
-			return;
-		}
+		/* a HEAD that failed only leaves the question open: the PUT's
+		 * answer (a busy service's HEAD may be late where its PUT is not)
+		 * says whether the service is down */
+		if (rc < 0 && rc != -ENOENT)
+			shared_count(&sh->errors, 1);
 	}
 	cache_shared_trailer(j->key, j->data, j->len, tr);
 	rc = remote_blob_put(sh->blob, j->key, j->data, j->len, tr, sizeof(tr), &res);
 	if (rc < 0) {
-		count(&sh->put_drops, 1);
-		write_failed(sh, t, rc, "PUT", j->key, &res);
+		shared_count(&sh->put_drops, 1);
+		cache_shared_write_failed(sh, t, rc, "PUT", j->key, &res);
+		if (j->owned)
+			give_back(sh, j->key);
 		return;
 	}
-	count(&sh->puts, 1);
-	count(&sh->put_bytes, j->len);
-	went_well(sh, &sh->wr, t);
+	shared_count(&sh->puts, 1);
+	shared_count(&sh->put_bytes, j->len);
+	cache_shared_went_well(sh, &sh->wr, t);
 }
 
 static void *writer_thread(void *arg)
@@ -551,15 +434,15 @@ static void *writer_thread(void *arg)
 }
 
 /*
- * Waits for room in the queue, up to shared_timeout: for a block whose lease
- * this node holds, other nodes are waiting; dropping it would send each of
- * them to the store. Called (and returns) with sh->lock held; the caller's
- * readers were answered before. Sleeps on sh->room (sh->lock) until a writer
- * takes a job, the tier closes, or the time is up.
+ * Waits for room in the queue, up to shared_wait: for a block whose lease
+ * this node holds, other nodes are waiting, that long; dropping it would send
+ * each of them to the store. Called (and returns) with sh->lock held; the
+ * caller's readers were answered before. Sleeps on sh->room (sh->lock) until
+ * a writer takes a job, the tier closes, or the time is up.
  */
 static void wait_for_room(struct cache_shared *sh)
 {
-	struct timespec ts = deadline_in(sh->timeout_s);
+	struct timespec ts = deadline_in(sh->wait_s);
 
 	while (!sh->closing && sh->qn == sh->qmax &&
 	       pthread_cond_timedwait(&sh->room, &sh->lock, &ts) == 0)
@@ -569,14 +452,18 @@ static void wait_for_room(struct cache_shared *sh)
 int cache_shared_put(struct cache_shared *sh, const struct cache_shared_block *blk,
 		     const void *data, enum cache_shared_got got, void *arg)
 {
-	char key[CACHE_SHARED_KEY_MAX], lkey[CACHE_SHARED_KEY_MAX + sizeof(LEASE_SUFFIX)];
+	char key[CACHE_SHARED_KEY_MAX];
 	struct put_job *j;
 
-	if (atomic_load(&sh->rd.state) != H_UP ||
-	    (atomic_load(&sh->wr.state) == H_DOWN &&
-	     mcfs_now_ns() < atomic_load(&sh->wr.retry_ns)) ||
-	    cache_shared_key(sh->store, sh->bs, blk, key, sizeof(key)) < 0) {
-		count(&sh->put_drops, 1);
+	if (cache_shared_key(sh->store, sh->bs, blk, key, sizeof(key)) < 0) {
+		shared_count(&sh->put_drops, 1);
+		return -ENOTCONN;
+	}
+	if (atomic_load(&sh->rd.state) != H_UP || (atomic_load(&sh->wr.state) == H_DOWN &&
+						   mcfs_now_ns() < atomic_load(&sh->wr.retry_ns))) {
+		shared_count(&sh->put_drops, 1);
+		if (got == CACHE_SHARED_OWNED)
+			give_back(sh, key);
 		return -ENOTCONN;
 	}
 	pthread_mutex_lock(&sh->lock);
@@ -584,13 +471,9 @@ int cache_shared_put(struct cache_shared *sh, const struct cache_shared_block *b
 		wait_for_room(sh);
 	if (sh->closing || sh->qn == sh->qmax) {
 		pthread_mutex_unlock(&sh->lock);
-		count(&sh->put_drops, 1);
-		if (got == CACHE_SHARED_OWNED) {
-			/* give the lease back: a waiting node claims it, not all of them
-			 * time out and go to the store */
-			snprintf(lkey, sizeof(lkey), "%s" LEASE_SUFFIX, key);
-			(void)write_lease(sh, lkey, true); /* failing, it expires */
-		}
+		shared_count(&sh->put_drops, 1);
+		if (got == CACHE_SHARED_OWNED)
+			give_back(sh, key);
 		return -EAGAIN;
 	}
 	j = &sh->q[(sh->qhead + sh->qn) % sh->qmax];
@@ -598,6 +481,7 @@ int cache_shared_put(struct cache_shared *sh, const struct cache_shared_block *b
 	j->data = data;
 	j->len = blk->len;
 	j->check = got == CACHE_SHARED_MISS;
+	j->owned = got == CACHE_SHARED_OWNED;
 	j->arg = arg;
 	sh->qn++;
 	pthread_cond_signal(&sh->work);

@@ -201,11 +201,15 @@ static const struct key keys[] = {
      "the shared cache's session token"},
     {"shared_addressing", KEY_STR, F(shared_addressing), 0, 0, check_addressing, "path or virtual"},
     {"shared_timeout", KEY_DOUBLE, F(shared_timeout), 0.1, 3600, NULL,
-     "seconds, 0.1 to 3600; a shared cache request that takes longer to connect, to "
-     "answer or to go on is given up, and the cache counts as down (reads go to the store)"},
+     "seconds, 0.1 to 3600; how long the shared cache may show no progress: a request is "
+     "given up (its read goes to the store) when the service does not connect, or sends no "
+     "byte on it or on any other request for this long, and the cache counts as down "
+     "(reads go to the store) when it does not connect or stays silent as long again; while "
+     "it sends bytes on others, a request waits up to 10 times this, as does a block PUT's "
+     "answer (the service stores the block first)"},
     {"shared_queue", KEY_UINT, F(shared_queue), 1, 4096, NULL,
-     "1 to 4096; blocks waiting to be written to the shared cache (more are dropped, "
-     "never waited for; at most a quarter of the RAM tier's slots)"},
+     "1 to 4096; blocks waiting to be written to the shared cache (more are dropped, but "
+     "for blocks other nodes wait for; at most a quarter of the RAM tier's slots)"},
     {"shared_wait", KEY_DOUBLE, F(shared_wait), 0, 3600, NULL,
      "seconds, 0 to 3600; how long a node waits for a block another node is fetching "
      "from the store (0 = never: every node that misses fetches it)"},

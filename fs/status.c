@@ -6,8 +6,8 @@
  *   status: reads the root's user.mcfs.stats ("key value" lines, parsed by
  *           fs_stats_parse(): a key it lacks is an error, never a 0) and
  *           prints the RAM tier, the disk tier (or why there is none), the
- *           store, the opens (confirmed, or served offline unconfirmed) and
- *           what is in flight;
+ *           shared tier (when shared_cache is set), the store, the opens
+ *           (confirmed, or served offline unconfirmed) and what is in flight;
  *   evict:  reads user.mcfs.evict of each file (directories: every file
  *           below), which drops the file's blocks from both tiers and
  *           answers the bytes dropped from each (see ops.c for why a read).
@@ -41,6 +41,31 @@ static void print_disk_off(const struct cache_stats *cs)
 	if (cs->disk_off_errno)
 		printf(": %s", strerror((int)cs->disk_off_errno));
 	printf(")\n");
+}
+
+/* The shared tier's two lines (issue 15); nothing when shared_cache is not set. */
+static void print_shared(const struct cache_stats *cs)
+{
+	/* shared_state, as cache/counters.h words it */
+	static const char *const states[] = {"off", "up", "DOWN: reads go to the store",
+					     "up but REFUSING WRITES: blocks are read, not added"};
+	unsigned long long gets = cs->shared_hits + cs->shared_misses;
+	char a[32], b[32];
+
+	if (cs->shared_state == 0)
+		return;
+	printf("  shared tier: %s; hit ratio %.1f%% (%llu hits, %llu misses), %s read; "
+	       "%llu waited for another node's fetch, %llu gave up waiting\n",
+	       states[cs->shared_state < 4 ? cs->shared_state : 1], pct(cs->shared_hits, gets),
+	       (unsigned long long)cs->shared_hits, (unsigned long long)cs->shared_misses,
+	       mcfs_fmt_bytes(cs->shared_read_bytes, a, sizeof(a)),
+	       (unsigned long long)cs->shared_waits, (unsigned long long)cs->shared_wait_timeouts);
+	printf("              written %s (%llu blocks), %llu found there already, %llu dropped, "
+	       "%llu queued; %llu errors, %llu corrupt objects refused\n",
+	       mcfs_fmt_bytes(cs->shared_put_bytes, b, sizeof(b)),
+	       (unsigned long long)cs->shared_puts, (unsigned long long)cs->shared_put_skips,
+	       (unsigned long long)cs->shared_put_drops, (unsigned long long)cs->shared_queued,
+	       (unsigned long long)cs->shared_errors, (unsigned long long)cs->shared_corrupt);
 }
 
 static void print_status(const char *mnt, const struct fs_stats *st)
@@ -77,6 +102,7 @@ static void print_status(const char *mnt, const struct fs_stats *st)
 		       (unsigned long long)ds->writes, (unsigned long long)ds->write_drops,
 		       (unsigned long long)ds->csum_errors, (unsigned long long)ds->evictions);
 	}
+	print_shared(cs);
 	printf(
 	    "  store:      %s fetched in %llu blocks; %llu requests, %llu errors, %llu retries\n",
 	    mcfs_fmt_bytes(cs->fetched_bytes, c, sizeof(c)), (unsigned long long)cs->fetches,

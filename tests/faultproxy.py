@@ -15,19 +15,33 @@ connection. Faults are armed by the test and hit the next requests:
                        # the client gives up on it or the proxy stops
     p.gate.clear()     # hold every request that arrives from now on ...
     p.gate.set()       # ... until this (stop() sets it too)
-    p.counts           # {"requests": n, "503": n, "dropped": n, "stalled": n, "held": n}
+    p.answer_delay = 2.5  # answers to PUTs of at least p.delay_min body bytes wait this
+                          # long before they go back (a service slow to store an object)
+    p.rate = 262144       # answer bodies go back at this many bytes a second, in steady
+                          # slices (a slow but working service); 0 = at once
+    p.rate_match = r"-0 "  # ... only those to requests whose line matches this regular
+                           # expression (None: all)
+    p.get_delay = (r"-1 ", 3.0)  # answers to GETs whose line matches r"-1 " wait 3 s (a
+                                 # request queued behind others)
+    p.counts           # {"requests": n, "503": n, "dropped": n, "stalled": n, "held": n,
+                       #  "delayed": n, "paced": n}
     p.held_lines       # the request lines of the requests held, as they arrived
     p.request_lines    # the first 1000 request lines, as received
     p.stop()
 
-Responses with a chunked body switch that connection to a plain byte pipe
-(faults then apply to new connections only); GETs of objects have a
-Content-Length, so they are always framed.
+Responses with a chunked body (listings, S3 error documents) are passed on
+chunk by chunk, the framing kept, and the connection goes on; GETs of
+objects have a Content-Length. Faults do not touch chunked bodies. A
+request body (a PUT's, framed by Content-Length) is read whole and sent on
+with the request; "Expect: 100-continue" is answered here and not sent on
+(SigV4 does not sign it).
 """
+import re
 import select
 import socket
 import struct
 import threading
+import time
 
 
 def _read_head(sock, buf):
@@ -71,7 +85,13 @@ class FaultProxy:
         self.fail_503 = 0
         self.drop = 0
         self.stall = 0
-        self.counts = {"requests": 0, "503": 0, "dropped": 0, "stalled": 0, "held": 0}
+        self.answer_delay = 0.0
+        self.delay_min = 65536
+        self.rate = 0
+        self.rate_match = None
+        self.get_delay = None
+        self.counts = {"requests": 0, "503": 0, "dropped": 0, "stalled": 0, "held": 0,
+                       "delayed": 0, "paced": 0}
         self.gate = threading.Event()
         self.gate.set()
         self.held_lines = []
@@ -146,24 +166,36 @@ class FaultProxy:
                     c.sendall(b"HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\n"
                               b"Connection: close\r\n\r\n")
                     return
+                head, body, buf = self._request_body(c, head, buf)
+                if body is None:
+                    return
                 if up is None:
                     up = socket.create_connection(self.up)
                     self.conns.add(up)
-                up.sendall(head)
-                # GET and HEAD only: no request body
+                up.sendall(head + body)
                 rhead, rest = _read_head(up, b"")
                 if rhead is None:
                     return
                 method = head.split(b" ", 1)[0]
+                line = head.split(b"\r\n", 1)[0].decode("latin-1")
+                if method == b"PUT" and self.answer_delay > 0 and len(body) >= self.delay_min:
+                    with self.lock:
+                        self.counts["delayed"] += 1
+                    time.sleep(self.answer_delay)
+                if method == b"GET" and self.get_delay and re.search(self.get_delay[0], line):
+                    with self.lock:
+                        self.counts["delayed"] += 1
+                    time.sleep(self.get_delay[1])
                 status = int(rhead.split(b" ")[1])
                 clen = _header(rhead, b"content-length")
                 chunked = (_header(rhead, b"transfer-encoding") or b"").lower() == b"chunked"
                 if method == b"HEAD" or status in (204, 304) or (clen is None and not chunked):
                     body_len = 0
                 elif chunked:
-                    c.sendall(rhead + rest)
-                    self._pipe(c, up)
-                    return
+                    c.sendall(rhead)
+                    if not self._chunks(c, up, rest):
+                        return
+                    continue
                 else:
                     body_len = int(clen)
                 if body_len > 0 and self._take("stall"):
@@ -189,6 +221,13 @@ class FaultProxy:
                     _rst(c)
                     return
                 c.sendall(rhead)
+                if body_len > 0 and self.rate > 0 and (self.rate_match is None or
+                                                       re.search(self.rate_match, line)):
+                    with self.lock:
+                        self.counts["paced"] += 1
+                    if not self._paced(c, up, rest, body_len):
+                        return
+                    continue
                 left = body_len
                 if rest:
                     c.sendall(rest[:left])
@@ -209,6 +248,76 @@ class FaultProxy:
                         s.close()
                     except OSError:
                         pass
+
+    def _chunks(self, c, up, buf):
+        """Passes on a chunked body to its last chunk and trailers (buf: what came
+        with the headers). Returns False if the server went away."""
+        def line():
+            nonlocal buf
+            while b"\r\n" not in buf:
+                d = up.recv(65536)
+                if not d:
+                    return None
+                buf += d
+            ln, _, buf = buf.partition(b"\r\n")
+            c.sendall(ln + b"\r\n")
+            return ln
+
+        while True:
+            ln = line()
+            if ln is None:
+                return False
+            size = int(ln.split(b";")[0], 16)
+            if size == 0:
+                while True:  # trailers, then the empty line
+                    ln = line()
+                    if ln is None:
+                        return False
+                    if ln == b"":
+                        return True
+            while len(buf) < size + 2:  # the chunk and its CRLF
+                d = up.recv(65536)
+                if not d:
+                    return False
+                buf += d
+            c.sendall(buf[:size + 2])
+            buf = buf[size + 2:]
+
+    def _request_body(self, c, head, buf):
+        """The request's body (Content-Length bytes), answering "Expect: 100-continue"
+        here. Returns (head to send on, body, what the client sent after it), or
+        body None if the client went away."""
+        clen = int(_header(head, b"content-length") or 0)
+        if clen == 0:
+            return head, b"", buf
+        if (_header(head, b"expect") or b"").lower() == b"100-continue":
+            c.sendall(b"HTTP/1.1 100 Continue\r\n\r\n")
+            lines = [ln for ln in head.split(b"\r\n") if not ln.lower().startswith(b"expect:")]
+            head = b"\r\n".join(lines)
+        while len(buf) < clen:
+            d = c.recv(1 << 20)
+            if not d:
+                return head, None, b""
+            buf += d
+        return head, buf[:clen], buf[clen:]
+
+    def _paced(self, c, up, rest, n):
+        """Sends an answer body of n bytes at self.rate bytes a second, in slices a
+        tenth of a second apart. Returns False if either side went away."""
+        piece = max(1, self.rate // 10)
+        pending, left = rest[:n], n - min(n, len(rest))
+        while pending or left > 0:
+            while len(pending) < piece and left > 0:
+                d = up.recv(min(1 << 20, left))
+                if not d:
+                    return False
+                pending += d
+                left -= len(d)
+            c.sendall(pending[:piece])
+            pending = pending[piece:]
+            if pending or left > 0:
+                time.sleep(0.1)
+        return True
 
     def _forward(self, c, up, rest, n):
         """Sends the first n bytes of the body (rest: what came with the headers)."""
@@ -231,15 +340,3 @@ class FaultProxy:
                         return
                 except OSError:
                     return
-
-    def _pipe(self, a, b):
-        socks = [a, b]
-        while True:
-            r, _, _ = select.select(socks, [], [], 60)
-            if not r:
-                return
-            for s in r:
-                d = s.recv(65536)
-                if not d:
-                    return
-                (b if s is a else a).sendall(d)

@@ -8,7 +8,9 @@ Checked: a second daemon reads every block from the shared cache and none from
 the store (its counters, and nginx's access log), with bytes equal to the
 source; two daemons reading at once share the store reads (leases); the shared
 cache stopped or hanging mid-read (reads go on from the store, one log line
-per state change, and it comes back); a corrupted and a truncated object
+per state change, and it comes back); a busy one, slow to store blocks and
+to send them but steady, or answering one request late while it sends bytes
+on another (used, never counted down); a corrupted and a truncated object
 (refused, fetched from the store, written over, correct afterwards); a file
 replaced in the store (the new version's blocks, never the old); and wrong
 credentials or a missing bucket (the mount fails, saying why), or an
@@ -123,6 +125,11 @@ def test_two_daemons_share_blocks_http(swift, origin, tmp_path):
         st = written(a, n)
         assert st["shared_misses"] == n and st["shared_puts"] == n, st
         assert st["store_reads"] >= n, st
+        status = run_mcfs("status", a.path).stdout
+        assert ("shared tier: up; hit ratio 0.0%% (0 hits, %d misses), 0 B read;" % n) in status, \
+            status
+        assert ("written 6.0 MiB (%d blocks), 0 found there already, 0 dropped, 0 queued; "
+                "0 errors, 0 corrupt objects refused" % n) in status, status
         objs = blocks_in(swift, "http")
         # whole blocks, the last one short, each with its trailer
         assert list(objs.values()) == [BLOCK + TRAILER] * (n - 1) + \
@@ -132,7 +139,13 @@ def test_two_daemons_share_blocks_http(swift, origin, tmp_path):
             assert read(b.p("model.bin")) == data
             rc.check_random_ranges(b.p("model.bin"), data, n=20)
             st = b.stats()
+            status = run_mcfs("status", b.path).stdout
         assert st["store_reads"] == 0 and st["store_bytes"] == 0, st
+        # `mcfs status` shows the tier (issue 15): up, every block a hit, nothing written
+        assert ("shared tier: up; hit ratio 100.0%% (%d hits, 0 misses), 6.0 MiB read; "
+                "0 waited for another node's fetch, 0 gave up waiting" % n) in status, status
+        assert ("written 0 B (0 blocks), 0 found there already, 0 dropped, 0 queued; "
+                "0 errors, 0 corrupt objects refused") in status, status
         assert st["shared_hits"] == n and st["shared_corrupt"] == 0, st
         assert st["shared_read_bytes"] == len(data), st
         assert origin_gets(str(tmp_path / "access.log"), "model.bin") == []
@@ -282,6 +295,84 @@ def test_shared_cache_hanging(swift, origin, tmp_path):
         assert st["shared_state"] == 2 and st["store_reads"] > 0, st
         down, _ = state_lines(log)
         assert len(down) == 1, log
+
+
+def test_slow_but_steady_shared_cache_is_used(swift, origin, tmp_path):
+    """A busy shared cache that works: it answers each block PUT seconds after
+    taking its body (while it stores the object), and sends each block back at
+    256 KiB/s, 4 s for a 1 MiB block. Both are longer than shared_timeout (1 s),
+    but the requests make progress: every block is written and then read from
+    it, no read goes to the store, and the tier is never counted down."""
+    data = rc.data_for("steady", 4 * BLOCK)
+    (tmp_path / "src" / "model.bin").write_bytes(data)
+    n = nblocks(data)
+    with FaultProxy(swift.port) as px:
+        px.answer_delay = 2.5  # block PUTs only: leases are smaller than delay_min
+        opts = shared_opts(swift, "steady", ["shared_timeout=1"], endpoint=px.url)
+        with mcfs_mount(origin.url, str(tmp_path / "a"), opts=opts, env=ENV) as a:
+            assert read(a.p("model.bin")) == data
+            st = written(a, n)
+            log_a = a.log()
+        assert px.counts["delayed"] == n, px.counts
+        assert st["shared_puts"] == n and st["shared_put_drops"] == 0, st
+        assert st["shared_errors"] == 0 and st["shared_state"] == 1, st
+        px.answer_delay = 0
+        px.rate = 256 * 1024
+        open(str(tmp_path / "access.log"), "w").close()
+        with mcfs_mount(origin.url, str(tmp_path / "b"), opts=opts, env=ENV) as b:
+            assert read(b.p("model.bin")) == data
+            st = b.stats()
+            log_b = b.log()
+        assert px.counts["paced"] >= n, px.counts
+    assert st["shared_hits"] == n and st["store_reads"] == 0, st
+    assert st["shared_errors"] == 0 and st["shared_state"] == 1, st
+    assert origin_gets(str(tmp_path / "access.log"), "model.bin") == []
+    for log in (log_a, log_b):
+        down, _ = state_lines(log)
+        assert down == [] and "refuses writes" not in log, log
+
+
+def test_busy_shared_cache_is_waited_for(swift, origin, tmp_path):
+    """A busy shared cache answers one block's GET 3 s late (queued behind
+    other work) while it sends another block, slowly, to the same daemon. The
+    late request gets no byte of its own for longer than shared_timeout (1 s),
+    but the service is heard all along: the read waits for it, both blocks
+    come from the shared cache, none from the store, and the tier is never
+    counted down."""
+    files = {name: rc.data_for("busy-" + name, BLOCK) for name in ("slow.bin", "late.bin")}
+    for name, data in files.items():
+        (tmp_path / "src" / name).write_bytes(data)
+    with mcfs_mount(origin.url, str(tmp_path / "a"), opts=shared_opts(swift, "busy"),
+                    env=ENV) as a:
+        for name, data in files.items():
+            assert read(a.p(name)) == data
+        written(a, len(files))
+    with FaultProxy(swift.port) as px:
+        px.rate, px.rate_match = 128 * 1024, r"/slow\.bin-\w+/1M-0 HTTP"  # 8 s, steady
+        px.get_delay = (r"/late\.bin-\w+/1M-0 HTTP", 3.0)  # nothing for 3 s, then all
+        opts = shared_opts(swift, "busy", ["shared_timeout=1"], endpoint=px.url)
+        open(str(tmp_path / "access.log"), "w").close()
+        with mcfs_mount(origin.url, str(tmp_path / "b"), opts=opts, env=ENV) as b:
+            got = {}
+            start = threading.Barrier(2)
+
+            def load(name):
+                start.wait()
+                got[name] = read(b.p(name))
+
+            ts = [threading.Thread(target=load, args=(name,)) for name in files]
+            [t.start() for t in ts]
+            [t.join() for t in ts]
+            st = b.stats()
+            log = b.log()
+        assert px.counts["paced"] == 1 and px.counts["delayed"] == 1, px.counts
+    assert got == files
+    assert st["shared_hits"] == 2 and st["store_reads"] == 0, st
+    assert st["shared_errors"] == 0 and st["shared_state"] == 1, st
+    assert origin_gets(str(tmp_path / "access.log"), "slow.bin") == []
+    assert origin_gets(str(tmp_path / "access.log"), "late.bin") == []
+    down, _ = state_lines(log)
+    assert down == [], log
 
 
 def test_corrupt_and_truncated_objects(swift, origin, tmp_path):

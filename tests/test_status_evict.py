@@ -3,7 +3,9 @@ both tiers' usage and hit ratios, bytes fetched and fetches in flight, and
 when there is no disk tier, why (issue 16); evict drops a file's blocks from
 RAM and disk (its user.mcfs.cached goes to 0) so the next read goes to the
 store, and says how much it dropped from each tier (issue 16); per-file
-cached bytes include the disk tier."""
+cached bytes include the disk tier. With shared_cache set, status shows the
+shared tier's state and counters (issue 15; tests/test_shared_cache.py checks
+them on a working one)."""
 import os
 import re
 
@@ -12,6 +14,7 @@ import pytest
 from conftest import mcfs_mount, run_mcfs
 from disk_helpers import OPTS, settle
 from gen import MiB, cached_bytes, write_random
+from servers import free_port
 
 
 def test_status_prints_tiers(tmp):
@@ -28,6 +31,7 @@ def test_status_prints_tiers(tmp):
         assert "hit ratio" in out and "written 5.0 MiB (6 blocks)" in out, out
         assert re.search(r"store: +5\.0 MiB fetched in 6 blocks", out), out
         assert re.search(r"in flight: +0 fetches, 0 disk writes queued", out), out
+        assert "shared tier" not in out, out  # no shared_cache set
     r = run_mcfs("status", str(tmp))
     assert r.returncode != 0 and "not an mcfs mount" in r.stderr
 
@@ -37,6 +41,26 @@ def test_status_without_disk_tier(tmp):
     with mcfs_mount(str(tmp / "src"), str(tmp / "mnt"), opts=OPTS) as m:
         r = run_mcfs("status", m.path)
         assert r.returncode == 0 and "disk tier:  off (no cache_dir set)" in r.stdout, r.stdout
+
+
+def test_status_shows_a_shared_tier_that_is_down(tmp):
+    """A shared cache that does not answer (nothing listens at its endpoint):
+    the mount goes on, the reads come from the store, and status says the
+    shared tier is down, with its counters: no hits, its failed requests."""
+    data = write_random(str(tmp / "src" / "a.bin"), 3 * MiB, seed=7)
+    opts = OPTS + ["shared_cache=s3://nobody/here",
+                   "shared_endpoint=http://127.0.0.1:%d" % free_port()]
+    with mcfs_mount(str(tmp / "src"), str(tmp / "mnt"), opts=opts) as m:
+        assert open(m.p("a.bin"), "rb").read() == data
+        st = m.stats()
+        r = run_mcfs("status", m.path)
+    assert r.returncode == 0, r.stderr
+    assert st["shared_state"] == 2 and st["store_reads"] == 3, st
+    assert ("shared tier: DOWN: reads go to the store; hit ratio 0.0% (0 hits, 0 misses), "
+            "0 B read;" in r.stdout), r.stdout
+    assert re.search(r"written 0 B \(0 blocks\), 0 found there already, \d+ dropped, "
+                     r"0 queued; \d+ errors, 0 corrupt objects refused",
+                     r.stdout), r.stdout
 
 
 def test_status_refuses_counters_it_lacks(tmp):

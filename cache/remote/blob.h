@@ -7,9 +7,11 @@
  * It is configured by the shared_* keys (endpoint, region, credentials,
  * addressing, timeout) and reuses the store's fetch layer (fetch.c: its
  * connection pool, SigV4 signing, the translation of HTTP status into errno)
- * with its own pool and its own limits: every request is one attempt bounded
- * by shared_timeout (connect, first byte, stall), since a tier that is slow
- * or down must cost a read little; the caller goes to the store instead.
+ * with its own pool and its own limits: every request is one attempt, and
+ * shared_timeout bounds its time without progress (blob.c says which clock
+ * each request runs), since a tier that is down must cost a read little; the
+ * caller goes to the store instead. A transfer that moves, however slowly,
+ * runs to its end.
  *
  * Logging: none for a request (the caller logs a change of the tier's state,
  * not each failure); each call fills a struct remote_blob_res with the cause.
@@ -32,6 +34,12 @@ struct remote_blob_res {
 	long status;	 /* the HTTP status; 0 when no answer came */
 	char code[64];	 /* the S3 error code of an error document ("AccessDenied"), or "" */
 	char error[160]; /* the cause in words ("HTTP 503", "Connection refused"), or "" */
+	bool unanswered; /* a PUT's body was sent whole, then no answer came in time: the
+			  * service is slow to store, not gone */
+	bool busy;	 /* it ran out of time while the service answered other requests
+			  * of ours: the service is busy, not gone */
+	bool quiet;	 /* cut because the service sent nothing, to any request of ours,
+			  * for shared_timeout */
 };
 
 /*
@@ -44,6 +52,9 @@ MCFS_MUST_CHECK int remote_blob_open(const struct cfg *cfg, struct remote_blob *
 
 /* Closes the client. No request may be in flight. NULL is ignored. */
 void remote_blob_close(struct remote_blob *b);
+
+/* When the service last sent us a byte, on any request (mcfs_now_ns()); 0 = never. */
+unsigned long long remote_blob_heard(struct remote_blob *b);
 
 /* "s3://bucket/prefix" for log lines. Borrowed: valid until remote_blob_close(). */
 const char *remote_blob_name(const struct remote_blob *b);
@@ -61,28 +72,35 @@ MCFS_MUST_CHECK int remote_blob_probe(struct remote_blob *b, struct remote_blob_
  * len + tail_len bytes: the first len land in @buf, the last tail_len in
  * @tail. Returns 0, -ENOENT (no such object), -EBADMSG (an object of another
  * size: truncated, or not one of ours), -EACCES, -EIO (no answer, timeout,
- * 5xx, or the answer broke off).
+ * 5xx, or the answer broke off). It is not cut while bytes keep coming.
  */
 MCFS_MUST_CHECK int remote_blob_get(struct remote_blob *b, const char *key, void *buf, size_t len,
 				    void *tail, size_t tail_len, struct remote_blob_res *res);
 
 /*
  * GET of a small object whole: up to @cap bytes into @buf, the count in *n.
- * Returns 0, -ENOENT, -EBADMSG (larger than @cap), -EACCES, -EIO.
+ * Returns 0, -ENOENT, -EBADMSG (larger than @cap), -EACCES, -EIO (also when
+ * the whole took longer than shared_timeout).
  */
 MCFS_MUST_CHECK int remote_blob_get_small(struct remote_blob *b, const char *key, void *buf,
 					  size_t cap, size_t *n, struct remote_blob_res *res);
 
 /*
- * PUT of @key with the body @a (alen bytes) then @t (tlen bytes, may be 0),
- * sent from these buffers (borrowed for the call). Returns 0, -EACCES, -EIO
- * (see res->status: 0 or 5xx is the service down; 4xx or 507 a refusal).
+ * PUT of a block: @key with the body @a (alen bytes) then @t (tlen bytes, may
+ * be 0), sent from these buffers (borrowed for the call). The body must keep
+ * moving; its answer may then take longer than shared_timeout (the service
+ * stores the object first). Returns 0, -EACCES, -EIO (see res->status: 0 or
+ * 5xx is the service down, unless res->unanswered; 4xx or 507 a refusal).
  */
 MCFS_MUST_CHECK int remote_blob_put(struct remote_blob *b, const char *key, const void *a,
 				    size_t alen, const void *t, size_t tlen,
 				    struct remote_blob_res *res);
 
-/* HEAD of @key: 0 with its size in *size, -ENOENT, -EACCES, -EIO. */
+/* PUT of a small object (a lease): as remote_blob_put(), the whole bounded by shared_timeout. */
+MCFS_MUST_CHECK int remote_blob_put_small(struct remote_blob *b, const char *key, const void *body,
+					  size_t len, struct remote_blob_res *res);
+
+/* HEAD of @key: 0 with its size in *size, -ENOENT, -EACCES, -EIO (within shared_timeout). */
 MCFS_MUST_CHECK int remote_blob_head(struct remote_blob *b, const char *key, uint64_t *size,
 				     struct remote_blob_res *res);
 

@@ -31,6 +31,11 @@
  * 64 KiB): the read took 36.1 s with only the timeout (timeout=30), 5.1 s with
  * stall_timeout=5.
  *
+ * The shared tier's requests (blob.c, req->heard set) run other clocks, all in
+ * on_progress (fetch_int.h words them): a busy shared service answers each of
+ * many requests late but keeps sending bytes on some, and that is no dead
+ * flow; one that sends nothing on any of them for quiet_time is.
+ *
  * PUT (the shared block tier, blob.c): the body is read by libcurl from the
  * caller's buffers (a RAM slot and a 32-byte trailer) without a copy, sent
  * with Content-Length, and signed with UNSIGNED-PAYLOAD: curl 7.88 does not
@@ -69,6 +74,9 @@ struct remote_fetch {
 	size_t n_idle, cap_idle;
 };
 
+/* Which of the shared tier's clocks cut a transfer (fetch_int.h). */
+enum cut { CUT_NONE, CUT_QUIET, CUT_BUSY, CUT_STORED };
+
 /* Per-transfer state shared by the callbacks. */
 struct xfer {
 	const struct remote_req *req;
@@ -81,6 +89,11 @@ struct xfer {
 	uint64_t last_rx_ns; /* when bytes last moved, either way; 0 = none yet */
 	curl_off_t ul_seen;  /* PUT: bytes sent when last seen by on_progress */
 	bool stalled;	     /* the progress callback cut a stalled answer */
+	uint64_t start_ns;   /* req->heard: when the attempt began */
+	uint64_t sent_ns;    /* PUT: when the body's last byte went out; 0 = not yet */
+	uint64_t quiet_ns;   /* req->quiet_time in ns */
+	uint64_t idle_ns;    /* req->idle_time in ns */
+	enum cut cut;	     /* req->heard: the clock that cut it */
 	size_t put_off;	     /* PUT: bytes of the body handed to libcurl so far */
 };
 
@@ -266,6 +279,14 @@ static void land(const struct remote_req *req, size_t at, const char *data, size
 		memcpy((char *)req->tail + (at - in_buf), data, n);
 }
 
+/* Bytes came from the server now: this request's clock, and the service's. */
+static void heard(struct xfer *x)
+{
+	x->last_rx_ns = mcfs_now_ns();
+	if (x->req->heard)
+		atomic_store_explicit(x->req->heard, x->last_rx_ns, memory_order_relaxed);
+}
+
 static size_t on_body(char *data, size_t size, size_t nmemb, void *user)
 {
 	struct xfer *x = user;
@@ -273,7 +294,7 @@ static size_t on_body(char *data, size_t size, size_t nmemb, void *user)
 	const struct remote_req *req = x->req;
 	size_t n = size * nmemb;
 
-	x->last_rx_ns = mcfs_now_ns();
+	heard(x);
 	if (resp->status >= 300 || req->len == 0) {
 		/* error documents and unranged bodies: bounded, collected */
 		if (!body_append(x, data, n)) {
@@ -378,7 +399,7 @@ static size_t on_header(char *line, size_t size, size_t nmemb, void *user)
 	const char *v;
 	char tmp[128];
 
-	x->last_rx_ns = mcfs_now_ns();
+	heard(x);
 	if (n > 5 && strncmp(line, "HTTP/", 5) == 0) {
 		const char *sp = memchr(line, ' ', n);
 
@@ -421,6 +442,29 @@ static size_t on_header(char *line, size_t size, size_t nmemb, void *user)
 }
 
 /*
+ * The shared tier's clocks (req->heard; fetch_int.h): 1 to cut the transfer,
+ * with x->cut naming the clock, else 0.
+ */
+static int shared_clock(struct xfer *x, uint64_t now)
+{
+	uint64_t own = x->last_rx_ns ? x->last_rx_ns : x->start_ns;
+	uint64_t svc = atomic_load_explicit(x->req->heard, memory_order_relaxed);
+	/* the body is out, its answer not begun: the service is storing it */
+	bool storing = x->sent_ns && x->resp->status < 200;
+
+	if (storing && x->req->stores && now - own >= x->idle_ns)
+		x->cut = CUT_STORED;
+	else if (!(storing && x->req->stores) && now - MCFS_MAX(own, svc) >= x->quiet_ns)
+		x->cut = CUT_QUIET;
+	else if (now - own >= x->idle_ns)
+		x->cut = CUT_BUSY;
+	else
+		return 0;
+	x->stalled = true;
+	return 1;
+}
+
+/*
  * libcurl calls this often while bytes flow and about once a second while
  * none do: the clock that finds a stalled answer. Returns non-zero to abort.
  */
@@ -431,17 +475,45 @@ static int on_progress(void *user, curl_off_t dltotal, curl_off_t dlnow, curl_of
 
 	(void)dltotal;
 	(void)dlnow;
-	(void)ultotal;
 	if (ulnow > x->ul_seen) { /* a PUT's body moving is progress too */
 		x->ul_seen = ulnow;
 		x->last_rx_ns = mcfs_now_ns();
+		if (ultotal > 0 && ulnow >= ultotal)
+			x->sent_ns = x->last_rx_ns;
 	}
+	if (x->req->heard)
+		return shared_clock(x, mcfs_now_ns());
 	if (x->stall_ns == 0 || x->last_rx_ns == 0)
 		return 0; /* off, or the answer has not begun: cfg->timeout's part */
 	if (mcfs_now_ns() - x->last_rx_ns < x->stall_ns)
 		return 0;
 	x->stalled = true;
 	return 1;
+}
+
+/* Words the shared clock that cut a transfer into @errbuf, and sets resp's flags. */
+static void shared_cut(const struct remote_req *req, struct remote_resp *resp, const struct xfer *x,
+		       char *errbuf, size_t len)
+{
+	uint64_t now = mcfs_now_ns();
+
+	switch (x->cut) {
+	case CUT_STORED:
+		resp->unanswered = true;
+		snprintf(errbuf, len, "no answer %.1f s after the %zu bytes of the body were sent",
+			 (double)(now - x->sent_ns) / 1e9, req->put_len[0] + req->put_len[1]);
+		break;
+	case CUT_QUIET:
+		resp->quiet = true;
+		snprintf(errbuf, len, "no byte from the service for %.1f s", req->quiet_time);
+		break;
+	default:
+		resp->busy = true;
+		snprintf(errbuf, len,
+			 "no byte of this request for %.1f s while the service sent "
+			 "others",
+			 req->idle_time);
+	}
 }
 
 static struct curl_slist *add_header(struct curl_slist *l, const char *name, const char *value,
@@ -478,9 +550,12 @@ static int setup(struct remote_fetch *f, CURL *h, const struct remote_req *req, 
 	curl_easy_setopt(h, CURLOPT_FOLLOWLOCATION, 0L);
 	curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT_MS, (long)(cfg->connect_timeout * 1000));
 	/* "timeout" is a stall detector, not a cap: an 8 MiB block may take long on a
-	 * slow link, but no byte for this long means the connection is dead. */
-	curl_easy_setopt(h, CURLOPT_LOW_SPEED_LIMIT, 1L);
-	curl_easy_setopt(h, CURLOPT_LOW_SPEED_TIME, low_time > 0 ? low_time : 1L);
+	 * slow link, but no byte for this long means the connection is dead. The
+	 * shared tier's clocks replace it (on_progress). */
+	if (!req->heard) {
+		curl_easy_setopt(h, CURLOPT_LOW_SPEED_LIMIT, 1L);
+		curl_easy_setopt(h, CURLOPT_LOW_SPEED_TIME, low_time > 0 ? low_time : 1L);
+	}
 	curl_easy_setopt(h, CURLOPT_SSL_VERIFYPEER, cfg->tls_verify ? 1L : 0L);
 	curl_easy_setopt(h, CURLOPT_SSL_VERIFYHOST, cfg->tls_verify ? 2L : 0L);
 	if (cfg->ca_file[0])
@@ -491,7 +566,9 @@ static int setup(struct remote_fetch *f, CURL *h, const struct remote_req *req, 
 	curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, on_body);
 	curl_easy_setopt(h, CURLOPT_WRITEDATA, x);
 	x->stall_ns = (uint64_t)(cfg->stall_timeout * 1e9);
-	if (x->stall_ns) {
+	x->quiet_ns = (uint64_t)(req->quiet_time * 1e9);
+	x->idle_ns = (uint64_t)(req->idle_time * 1e9);
+	if (x->stall_ns || req->heard) {
 		curl_easy_setopt(h, CURLOPT_XFERINFOFUNCTION, on_progress);
 		curl_easy_setopt(h, CURLOPT_XFERINFODATA, x);
 		curl_easy_setopt(h, CURLOPT_NOPROGRESS, 0L);
@@ -671,10 +748,16 @@ int remote_fetch_do(struct remote_fetch *f, const struct remote_req *req, struct
 		errbuf[0] = '\0';
 		reset_resp(resp);
 		x.overflow = x.unranged = x.stalled = false;
-		x.last_rx_ns = 0;
+		x.last_rx_ns = x.sent_ns = 0;
+		x.start_ns = mcfs_now_ns();
+		x.cut = CUT_NONE;
 		x.put_off = 0;
 		x.ul_seen = 0;
 		cc = curl_easy_perform(h);
+		if (cc == CURLE_ABORTED_BY_CALLBACK && x.cut != CUT_NONE) {
+			shared_cut(req, resp, &x, errbuf, sizeof(errbuf));
+			break; /* the shared tier makes one attempt */
+		}
 		if (cc == CURLE_ABORTED_BY_CALLBACK && x.stalled) {
 			/* not the server's answer: a dead flow. Name it, then try a new one. */
 			snprintf(errbuf, sizeof(errbuf),

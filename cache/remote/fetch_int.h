@@ -6,7 +6,8 @@
  * its own connections alive between requests, so a handle taken from the pool
  * usually reuses a warm TCP (and TLS) connection; the handles share one DNS and
  * TLS-session cache. Every request goes through remote_fetch_do(), which owns:
- *  - timeouts (cfg->connect_timeout; cfg->timeout of no progress);
+ *  - timeouts (cfg->connect_timeout; cfg->timeout of no progress; the shared
+ *    tier's clocks, below);
  *  - retries with exponential backoff and jitter, on timeouts, resets, refused
  *    connections, 5xx and 429, never on other 4xx;
  *  - the one translation of CURLcode and HTTP status into a negative errno;
@@ -26,6 +27,7 @@
 #ifndef MCFS_FETCH_INT_H
 #define MCFS_FETCH_INT_H
 
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -76,6 +78,21 @@ struct remote_req {
 	 * again from the start on a retry. Borrowed for the call. */
 	const void *put[2];
 	size_t put_len[2];
+	/*
+	 * The shared tier's clocks (blob.c), in place of cfg->timeout and
+	 * cfg->stall_timeout when @heard is set; seconds. A service that many
+	 * requests of ours share is busy, not gone, while it sends bytes:
+	 *  - quiet_time: no byte received from the service (on this request or,
+	 *    through @heard, any other) for this long: it went silent, cut;
+	 *  - idle_time: no byte of this request, either way, for this long: cut,
+	 *    even while the service answers others (queued behind them, or stuck);
+	 *  - stores (a block PUT): once the body is sent, quiet_time stops, since
+	 *    the service stores the object before it answers; idle_time runs.
+	 */
+	atomic_uint_fast64_t *heard; /* when the service last sent a byte (ns); NULL = cfg's */
+	double quiet_time;
+	double idle_time;
+	bool stores;
 };
 
 struct remote_resp {
@@ -93,6 +110,11 @@ struct remote_resp {
 	size_t body_len;	    /* bytes in body */
 	size_t got;		    /* ranged GET: bytes written to req->buf (and tail) */
 	char error[160]; /* a failure's cause in words ("HTTP 503", curl's text); "" if none */
+	/* With req->heard: which clock cut it. quiet: the service sent nothing for
+	 * quiet_time (gone); busy: it sent bytes on other requests, not this one's,
+	 * for idle_time; unanswered: a PUT's body went out whole, then no answer
+	 * for idle_time (the service stores slowly). */
+	bool quiet, busy, unanswered;
 };
 
 /*

@@ -16,16 +16,20 @@ small machine.
 
     sudo python3 tests/bench/bench_shared.py                    # 4 GiB, N = 1, 2, 4, 8
     sudo python3 tests/bench/bench_shared.py --size 1G --nodes 1,2
-    sudo python3 tests/bench/bench_shared.py --shared-timeout 30   # a CPU-starved Swift
+    sudo python3 tests/bench/bench_shared.py --origin-rate 2gbit   # a remote origin
 
-On a 2-CPU machine Swift answers some requests slower than the default 2 s
-shared_timeout once 4 or more nodes load at once: those nodes then count the
-cache as down and read from the origin (docs/benchmarks.md has both runs).
+--origin-rate holds what the origin sends to all the nodes together to that
+rate (tc: an htb class on the bridge, the host's one way out to the nodes,
+for nginx's port only), as a cluster's one link to a remote origin (a WAN
+link, another region's object store) holds it; Swift's answers go by
+unshaped, as a shared cache inside the cluster does. Without it the origin
+is nginx on the same bridge as Swift, and nearer than any remote origin.
 
-Needs root (namespaces, FUSE), iproute2, nsenter, nginx, Swift and a built mcfs
-(MCFS_BIN or build/fs/mcfs). The daemons enter only the namespace's network
-(nsenter --net), not `ip netns exec`'s private mount namespace, so that their
-mounts are seen (and read) from here.
+Needs root (namespaces, FUSE), iproute2 (tc too, for --origin-rate), nsenter,
+nginx, Swift and a built mcfs (MCFS_BIN or build/fs/mcfs). The daemons enter
+only the namespace's network (nsenter --net), not `ip netns exec`'s private
+mount namespace, so that their mounts are seen (and read) from here. Each
+daemon's log is WORKDIR/nN-shared-nodeI.log (or nN-origin-...) of its run.
 """
 import argparse
 import os
@@ -49,6 +53,13 @@ TAG = str(os.getpid() % 100000)
 
 def sh(*cmd, check=True):
     return subprocess.run(cmd, check=check, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+
+
+def parse_rate(s):
+    """A rate in tc's units, as tc takes it: 2gbit, 500mbit, 100mbps."""
+    if not re.fullmatch(r"\d+(\.\d+)?([kmgt]?(bit|bps))", s.lower()):
+        raise argparse.ArgumentTypeError("a rate in tc's units like 2gbit or 500mbit: %r" % s)
+    return s.lower()
 
 
 def parse_size(s):
@@ -85,6 +96,33 @@ class Net:
         sh("ip", "-n", ns, "link", "set", ns_end, "up")
         sh("ip", "-n", ns, "link", "set", "lo", "up")
         return ns
+
+    def shape(self, port, rate):
+        """Holds what the host sends from @port to the nodes, all together, to @rate
+        (tc's units: "2gbit"); the rest of its traffic goes by unshaped. The bridge is
+        the host's only way out to the nodes, so its egress is the cluster's link."""
+        # a queue to shape with: a bridge has none (txqueuelen 0), and htb's and pfifo's
+        # limits default to it
+        sh("ip", "link", "set", self.br, "txqueuelen", "1000")
+        # unclassified packets (Swift's, the ARP) take htb's unshaped direct queue
+        sh("tc", "qdisc", "add", "dev", self.br, "root", "handle", "1:", "htb",
+           "direct_qlen", "1000")
+        # a burst of 1 MB (4 ms at 2 Gbit/s): nginx sends 64 KiB segments (GSO), which
+        # htb's default burst (one MTU at this rate) would hold back one by one
+        sh("tc", "class", "add", "dev", self.br, "parent", "1:", "classid", "1:1", "htb",
+           "rate", rate, "ceil", rate, "burst", "1m", "cburst", "1m")
+        sh("tc", "qdisc", "add", "dev", self.br, "parent", "1:1", "handle", "10:", "pfifo",
+           "limit", "1000")
+        sh("tc", "filter", "add", "dev", self.br, "parent", "1:", "protocol", "ip", "prio", "1",
+           "u32", "match", "ip", "src", self.host + "/32", "match", "ip", "sport", str(port),
+           "0xffff", "flowid", "1:1")
+
+    def shaped_bytes(self):
+        """Bytes the shaped class sent so far (tc -s), to check that the shaping took."""
+        out = subprocess.run(["tc", "-s", "class", "show", "dev", self.br, "classid", "1:1"],
+                             capture_output=True, text=True).stdout
+        m = re.search(r"Sent (\d+) bytes", out)
+        return int(m.group(1)) if m else 0
 
     def down(self):
         for ns in self.nodes:  # deleting a namespace deletes its veth pair
@@ -165,6 +203,8 @@ class Cluster:
         self.net.up()
         self.nginx = Nginx(self.model_dir, workdir=os.path.join(self.work, "nginx"),
                            access_log=self.log, host=self.net.host, autoindex=True).start()
+        if self.args.origin_rate:
+            self.net.shape(self.nginx.port, self.args.origin_rate)
         shutil.rmtree(os.path.join(self.work, "swift"), ignore_errors=True)
         self.swift = Swift(os.path.join(self.work, "swift"), workers=2,
                            host=self.net.host).start()
@@ -207,11 +247,12 @@ class Cluster:
         if shared_prefix:
             opts += ["shared_cache=s3://shared/" + shared_prefix,
                      "shared_endpoint=" + self.swift.endpoint,
-                     "shared_access_key=" + SWIFT_KEY, "shared_secret_key=" + SWIFT_SECRET,
-                     "shared_timeout=%g" % self.args.shared_timeout]
+                     "shared_access_key=" + SWIFT_KEY, "shared_secret_key=" + SWIFT_SECRET]
+            if self.args.shared_timeout:
+                opts.append("shared_timeout=%g" % self.args.shared_timeout)
         ns = self.net.nodes[i] if i < len(self.net.nodes) else self.net.add_node()
         n = Node(ns, self.nginx.url, os.path.join(self.work, "mnt", str(i)), opts,
-                 os.path.join(self.work, "node%d.log" % i))
+                 os.path.join(self.work, "%s-node%d.log" % (self.run_name, i)))
         self.nodes.append(n)
         return n
 
@@ -264,6 +305,7 @@ class Cluster:
     def run(self, n, shared):
         """One row pair: n nodes at once, then a new node, with or without the shared cache."""
         prefix = "run-%d-%d" % (n, int(time.time())) if shared else None
+        self.run_name = "n%d-%s" % (n, "shared" if shared else "origin")
         nodes = [self.add_node(prefix) for _ in range(n)]
         rows = []
         wall, origin, cpu = self.load(nodes)
@@ -285,29 +327,36 @@ class Cluster:
         keys = ("shared_hits", "shared_waits", "shared_wait_timeouts", "shared_puts",
                 "shared_put_drops", "shared_errors")
         sums = {k: 0 for k in keys}
+        sums["downs"] = 0
         for x in nodes:
             st = x.stats()
             for k in keys:
                 sums[k] += st.get(k, 0)
+            with open(x.logpath) as f:  # the daemon's "down (" lines: one per state change
+                sums["downs"] += sum(1 for ln in f if re.search(r"shared cache .*: down \(", ln))
         return sums
 
 
 def print_table(rows, model_bytes, args):
     print()
     print("Model: %.2f GiB in %d shards; nodes: ram_cache=%s, block_size=%s, no disk tier; "
-          "shared_timeout=%gs" % (model_bytes / GiB, args.shards, args.ram, args.block,
-                                  args.shared_timeout))
+          "shared_timeout=%s; origin: %s" % (
+              model_bytes / GiB, args.shards, args.ram, args.block,
+              "%gs" % args.shared_timeout if args.shared_timeout else "default",
+              "shaped to %s for all nodes together" % args.origin_rate if args.origin_rate
+              else "unshaped (nginx on the bridge)"))
     print()
     print("| N | shared cache | phase | origin GiB | x model | wall s | MiB/s per node | "
-          "CPU s: Swift / nginx / mcfs | shared hits / waits / timeouts / puts / drops / errors |")
+          "CPU s: Swift / nginx / mcfs | shared hits / waits / timeouts / puts / drops / errors "
+          "/ downs |")
     print("|---|---|---|---|---|---|---|---|---|")
     for n, shared, phase, origin, wall, cpu, ctr in rows:
         print("| %d | %s | %s | %.2f | %.2f | %.1f | %.0f | %.1f / %.1f / %.1f | %s |" % (
             n, "yes" if shared else "no", phase, origin / GiB, origin / model_bytes, wall,
             model_bytes / MiB / wall, cpu[0], cpu[1], cpu[2],
-            "%d / %d / %d / %d / %d / %d" % tuple(ctr[k] for k in (
+            "%d / %d / %d / %d / %d / %d / %d" % tuple(ctr[k] for k in (
                 "shared_hits", "shared_waits", "shared_wait_timeouts", "shared_puts",
-                "shared_put_drops", "shared_errors")) if shared else "-"))
+                "shared_put_drops", "shared_errors", "downs")) if shared else "-"))
     sys.stdout.flush()
 
 
@@ -322,8 +371,11 @@ def main():
     ap.add_argument("--nodes", default="1,2,4,8", help="values of N (1,2,4,8)")
     ap.add_argument("--ram", default="512M", help="each node's ram_cache (512M)")
     ap.add_argument("--block", default="8M", help="block_size (8M)")
-    ap.add_argument("--shared-timeout", type=float, default=2.0,
-                    help="shared_timeout of the nodes (2, the default)")
+    ap.add_argument("--shared-timeout", type=float, default=None,
+                    help="shared_timeout of the nodes (default: mcfs's)")
+    ap.add_argument("--origin-rate", type=parse_rate, default=None, metavar="RATE",
+                    help="what the origin sends to all nodes together, in tc's units "
+                    "(2gbit, 500mbit); default: unshaped")
     ap.add_argument("--workdir", default="/tmp/mcfs-bench-shared",
                     help="model, servers and logs (the model is kept for the next run)")
     args = ap.parse_args()
@@ -331,13 +383,15 @@ def main():
         sys.exit("bench_shared.py: needs root (network namespaces, FUSE)")
     for what, ok in (("nginx", have_nginx()), ("swift", have_swift()),
                      ("mcfs at " + MCFS, os.access(MCFS, os.X_OK)),
-                     ("nsenter", shutil.which("nsenter")), ("ip", shutil.which("ip"))):
+                     ("nsenter", shutil.which("nsenter")), ("ip", shutil.which("ip")),
+                     ("tc", shutil.which("tc") or not args.origin_rate)):
         if not ok:
             sys.exit("bench_shared.py: %s not found" % what)
     ns = [int(x) for x in args.nodes.split(",")]
     c = Cluster(args)
     signal.signal(signal.SIGTERM, on_term)
     rows = []
+    shaped = 0
     try:
         c.make_model()
         c.start()
@@ -346,10 +400,15 @@ def main():
                 t0 = time.time()
                 rows += c.run(n, shared)
                 print("N=%d shared=%s: %.0f s" % (n, shared, time.time() - t0), flush=True)
+        if args.origin_rate:
+            shaped = c.net.shaped_bytes()
     finally:
         c.stop()
         if rows:
             print_table(rows, c.model_bytes, args)
+        if rows and args.origin_rate:  # the origin's bytes went through the shaper, or say so
+            print("\nShaped class sent %.2f GiB in all%s" % (
+                shaped / GiB, "" if shaped else ": THE SHAPING DID NOT TAKE"))
 
 
 if __name__ == "__main__":

@@ -1,0 +1,107 @@
+/*
+ * shared_int.h - what the shared tier's own files share (shared.c: reads,
+ * leases, writes, life; shared_health.c: the up/down states). Not for use
+ * outside them: the tier's interface is shared.h.
+ */
+#ifndef MCFS_CACHE_SHARED_INT_H
+#define MCFS_CACHE_SHARED_INT_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "blob.h"
+#include "shared.h"
+
+#define SHARED_RETRY_S 5 /* a down tier is probed this often: a restart's time */
+/* Writer threads: a PUT of 8 MiB waits on the service more than on us, and a
+ * node that holds leases must write as fast as it fetches, or others wait. */
+#define SHARED_WRITERS 4
+#define NS_PER_S 1000000000ull
+
+enum { H_UP = 0, H_DOWN = 1 };
+
+/* What cache_shared_begin() allows: nothing (down), a request, or the one probe of a down state. */
+enum ticket { T_NONE, T_NORMAL, T_PROBE };
+
+struct health {
+	const char *what;	       /* "reads" or "writes", for log lines */
+	atomic_int state;	       /* H_UP or H_DOWN */
+	atomic_bool probing;	       /* H_DOWN: the probe is out */
+	atomic_uint_fast64_t retry_ns; /* H_DOWN: when the next probe may go */
+	unsigned long long since_ns;   /* guarded by sh->lock: when it went down */
+};
+
+struct put_job {
+	char key[CACHE_SHARED_KEY_MAX];
+	const void *data; /* borrowed until done() */
+	uint32_t len;
+	bool check; /* HEAD first: another node may have written it */
+	bool owned; /* this node holds the block's lease: other nodes wait for it */
+	void *arg;
+};
+
+struct cache_shared {
+	struct remote_blob *blob;
+	const char *name; /* s3://bucket/prefix, for logs */
+	char store[128];  /* cache_store_dir_name() of the store */
+	uint64_t bs;
+	double wait_s;	  /* shared_wait */
+	double timeout_s; /* shared_timeout */
+	char node[96];	  /* this daemon in leases: host name and a random number */
+	void (*done)(void *ctx, void *arg);
+	void *ctx;
+	struct health rd, wr;
+	atomic_uint settle_us; /* twice a small request's recent latency */
+	/* when a request was first cut by the service's silence (shared_health.c),
+	 * or 0; a byte heard after it starts the count again */
+	atomic_uint_fast64_t quiet_ns;
+	atomic_uint waited_ms; /* how long waits for other nodes' blocks took lately */
+
+	pthread_mutex_t lock;	  /* guards the queue, closing and state changes */
+	pthread_cond_t work;	  /* the queue got a job, or closing */
+	pthread_cond_t room;	  /* a writer took a job: the queue has room (CLOCK_MONOTONIC) */
+	pthread_cond_t stop_cond; /* cache_shared_stop(): wakes pauses (CLOCK_MONOTONIC) */
+	struct put_job *q;	  /* ring of qmax jobs, guarded by lock */
+	unsigned qmax, qhead, qn; /* guarded by lock */
+	unsigned writing;	  /* guarded by lock: jobs being written now */
+	bool closing;		  /* guarded by lock: writers finish the queue and end */
+	atomic_bool stopping;	  /* no more waiting for other nodes */
+	pthread_t writers[SHARED_WRITERS];
+	unsigned nwriters;
+
+	/* The shared_* rows of cache/counters.h; relaxed. */
+	atomic_uint_fast64_t hits, misses, read_bytes, waits, wait_timeouts, puts, put_bytes,
+	    put_skips, put_drops, corrupt, errors;
+};
+
+static inline void shared_count(atomic_uint_fast64_t *c, uint64_t n)
+{
+	atomic_fetch_add_explicit(c, n, memory_order_relaxed);
+}
+
+/* ---- health (shared_health.c) ------------------------------------------- */
+
+/* May a request go? T_NORMAL (up), T_PROBE (down, and this one probes) or T_NONE. */
+enum ticket cache_shared_begin(struct health *h);
+
+/* A request of ticket @t went well: a probe brings its state up (one line). */
+void cache_shared_went_well(struct cache_shared *sh, struct health *h, enum ticket t);
+
+/* Ends a probe ticket of @h whose failure another state answers for. */
+void cache_shared_release(struct health *h, enum ticket t);
+
+/*
+ * A request of ticket @t (@op on @key) failed, as @res says: an up state goes
+ * down, logged once; but for reads, a busy service (res->busy), or one whose
+ * silence just began (res->quiet), changes no state. Counts the error.
+ */
+void cache_shared_went_wrong(struct cache_shared *sh, struct health *h, enum ticket t,
+			     const char *op, const char *key, const struct remote_blob_res *res);
+
+/* A write (@op on @key, @rc) failed: the whole tier down (or busy), or its writes refused. */
+void cache_shared_write_failed(struct cache_shared *sh, enum ticket wt, int rc, const char *op,
+			       const char *key, const struct remote_blob_res *res);
+
+#endif
