@@ -192,7 +192,6 @@ static int read_lease(struct cache_shared *sh, const char *lkey, bool *mine, boo
 	return 0;
 }
 
-/* Writes our lease @lkey, or (@released) gives it back. 0, or -errno. */
 /* A lease object's body into @body: "NODE TIME_MS[ released]\n". Returns its length. */
 static size_t lease_body(struct cache_shared *sh, bool released, char body[LEASE_MAX])
 {
@@ -376,6 +375,8 @@ static void write_one(struct cache_shared *sh, const struct put_job *j)
 	t = atomic_load(&sh->rd.state) == H_UP ? cache_shared_begin(&sh->wr) : T_NONE;
 	if (t == T_NONE) {
 		shared_count(&sh->put_drops, 1);
+		if (j->owned)
+			give_back(sh, j->key);
 		return;
 	}
 	if (j->check) {

@@ -14,14 +14,15 @@
  *  - Reads never wait on a silent tier for long: one attempt per request,
  *    cut when the service sent nothing for shared_timeout (cache/remote/
  *    blob.c has the clocks: a busy service that answers other requests
- *    meanwhile is waited for, up to 10 times that). A service that went
- *    silent, refused the connection or answered 5xx takes the tier down (one
- *    log line); while down, no request is sent (reads go to the store) but
- *    one probe every SHARED_RETRY seconds, whose success brings it up (one
- *    line). A request cut while the service answered others sends its read
- *    to the store and changes no state. A tier that refuses writes (full,
- *    read-only credentials, or slower than 10 times shared_timeout to store
- *    a block) still serves reads, and has its own up/down for writes.
+ *    meanwhile is waited for, up to 10 times shared_timeout). A service
+ *    silent for twice shared_timeout, refusing the connection or answering
+ *    5xx takes the tier down (one log line); while down, no request is sent
+ *    (reads go to the store) but one probe every SHARED_RETRY seconds, whose
+ *    success brings it up (one line). A request cut while the service
+ *    answered others sends its read to the store and changes no state. A
+ *    tier that refuses writes (full, read-only credentials, or slower than
+ *    10 times shared_timeout to store a block) still serves reads, and has
+ *    its own up/down for writes.
  *  - Writes (cache_shared_put()) go through a bounded queue to writer
  *    threads, after the block's readers were answered. A full queue drops
  *    the block (counted), but for a block whose lease this node holds (other
@@ -134,7 +135,7 @@ enum cache_shared_got cache_shared_get(struct cache_shared *sh,
  * after a get answered @got (MISS, OWNED or BAD). Returns 0 (queued: done
  * will be called), -EAGAIN (the queue is full; dropped and counted) or
  * -ENOTCONN (the tier is down or refuses writes). With OWNED, a full queue
- * is waited on first, while the writers take jobs (see the top).
+ * is waited on first, up to shared_wait.
  */
 MCFS_MUST_CHECK int cache_shared_put(struct cache_shared *sh, const struct cache_shared_block *blk,
 				     const void *data, enum cache_shared_got got, void *arg);

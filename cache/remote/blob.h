@@ -79,8 +79,7 @@ MCFS_MUST_CHECK int remote_blob_get(struct remote_blob *b, const char *key, void
 
 /*
  * GET of a small object whole: up to @cap bytes into @buf, the count in *n.
- * Returns 0, -ENOENT, -EBADMSG (larger than @cap), -EACCES, -EIO (also when
- * the whole took longer than shared_timeout).
+ * Returns 0, -ENOENT, -EBADMSG (larger than @cap), -EACCES, -EIO.
  */
 MCFS_MUST_CHECK int remote_blob_get_small(struct remote_blob *b, const char *key, void *buf,
 					  size_t cap, size_t *n, struct remote_blob_res *res);
@@ -96,11 +95,14 @@ MCFS_MUST_CHECK int remote_blob_put(struct remote_blob *b, const char *key, cons
 				    size_t alen, const void *t, size_t tlen,
 				    struct remote_blob_res *res);
 
-/* PUT of a small object (a lease): as remote_blob_put(), the whole bounded by shared_timeout. */
+/*
+ * PUT of a small object (a lease, on a read's way): as remote_blob_put(), but
+ * the service's silence cuts it also once its body is sent.
+ */
 MCFS_MUST_CHECK int remote_blob_put_small(struct remote_blob *b, const char *key, const void *body,
 					  size_t len, struct remote_blob_res *res);
 
-/* HEAD of @key: 0 with its size in *size, -ENOENT, -EACCES, -EIO (within shared_timeout). */
+/* HEAD of @key: 0 with its size in *size, -ENOENT, -EACCES, -EIO. */
 MCFS_MUST_CHECK int remote_blob_head(struct remote_blob *b, const char *key, uint64_t *size,
 				     struct remote_blob_res *res);
 
