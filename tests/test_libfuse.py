@@ -76,13 +76,18 @@ def as_nobody(*cmd, **kw):
                           timeout=60, **kw)
 
 
-def test_user_daemon_mounts_through_the_system_fusermount3():
+def need_user_mounts():
+    """Root (to drop to nobody with setpriv), a setuid fusermount3 and setpriv."""
     need_root()
     fm = shutil.which("fusermount3")
     if not fm or not os.stat(fm).st_mode & stat.S_ISUID:
         pytest.skip("no setuid fusermount3 (Debian's fuse3 package installs one)")
     if not shutil.which("setpriv"):
         pytest.skip("setpriv (util-linux) is missing")
+
+
+def test_user_daemon_mounts_through_the_system_fusermount3():
+    need_user_mounts()
     top = tempfile.mkdtemp(prefix="mcfs-user-")
     os.chmod(top, 0o755)   # pytest's tmp is 0700: nobody could not reach it
     src, mnt = os.path.join(top, "src"), os.path.join(top, "mnt")

@@ -10,7 +10,6 @@ import hashlib
 import mmap
 import os
 import shutil
-import stat
 import subprocess
 import tempfile
 
@@ -237,13 +236,8 @@ print(s["passthrough"], s["passthrough_opens"], s["backing_builds"], s["disk_wri
 
 def test_fallback_daemon_not_root():
     """A daemon without CAP_SYS_ADMIN never asks for passthrough: same bytes, through the cache."""
-    need_root()
-    fm = shutil.which("fusermount3")
-    if not fm or not os.stat(fm).st_mode & stat.S_ISUID:
-        pytest.skip("no setuid fusermount3 (Debian's fuse3 package installs one)")
-    if not shutil.which("setpriv"):
-        pytest.skip("setpriv (util-linux) is missing")
-    from test_libfuse import dev_fuse_for_users
+    from test_libfuse import dev_fuse_for_users, need_user_mounts
+    need_user_mounts()
     top = tempfile.mkdtemp(prefix="mcfs-pt-user-")
     os.chmod(top, 0o755)
     src, mnt, cache = (os.path.join(top, d) for d in ("src", "mnt", "cache"))

@@ -75,6 +75,21 @@ def learn_new_attributes(mp):
     os.stat(mp)
 
 
+def read_rest(f):
+    """Reads open file `f` to its end, 1 MiB at a time: (the bytes, None), or
+    (the bytes before it, the error) when a read fails, which must be EIO."""
+    got = bytearray()
+    try:
+        while True:
+            b = f.read(MiB)
+            if not b:
+                return got, None
+            got += b
+    except OSError as e:
+        assert e.errno == errno.EIO, e
+        return got, e
+
+
 def verdict(old, got, err, change, reader):
     """The one rule: all of the old version, or an error after a prefix of it."""
     same = got == old[:len(got)]  # a bool: no diff of megabytes in the report
@@ -101,15 +116,8 @@ def test_python_reader(tmp, store, change, buffered):
             got += f.read(FIRST)
             replace(tmp, NEW[change], 2)
             learn_new_attributes(mp)
-            try:
-                while True:
-                    b = f.read(MiB)
-                    if not b:
-                        break
-                    got += b
-            except OSError as e:
-                assert e.errno == errno.EIO, e
-                err = e
+            rest, err = read_rest(f)
+            got += rest
         verdict(old, bytes(got), err, change, "python")
         if err is not None:
             assert "changed" in m.log(), "the daemon did not log the change:\n" + m.log()
@@ -164,15 +172,8 @@ def test_new_open_while_an_old_one_reads(tmp):
             replace(tmp, NEW["shrink"], 2)
             with open(mp, "rb") as f2:
                 assert f2.read() == rand_bytes(NEW["shrink"], 2), "the new open's bytes"
-            try:
-                while True:
-                    b = f1.read(MiB)
-                    if not b:
-                        break
-                    got += b
-            except OSError as e:
-                assert e.errno == errno.EIO, e
-                err = e
+            rest, err = read_rest(f1)
+            got += rest
             # while the old open lasts, the kernel is shown the old size (or its
             # reads would end at the new one): cached now, for attr_ttl
             assert os.stat(mp).st_size == OLD

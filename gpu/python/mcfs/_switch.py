@@ -322,18 +322,12 @@ def _cuda_state_dict(path, cuda):
     fast path (each in its own allocation, as safetensors' load_file gives
     them), or None where the fast path cannot serve it."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        got = _open_served(path, cuda)
     except OSError:
         return None  # diffusers gives its own error
-    try:
-        got = _serve(fd, path, cuda)
-    except BaseException:
-        os.close(fd)
-        raise
     if got is None:
-        os.close(fd)
         return None
-    torch, header = got
+    fd, torch, header = got
     orig = original_safe_open()
     with FastSafeOpen(torch, fd, path, header, cuda,
                       lambda: orig(path, framework="pt", device=str(cuda))) as f:
@@ -419,6 +413,22 @@ def _args(args, kwargs):
     return filename, framework, device
 
 
+def _open_served(path, cuda):
+    """Opens `path` for the fast path: (fd, torch, header), or None when
+    _serve() says it cannot serve it (the fd closed then). OSError from the
+    open itself goes to the caller."""
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        got = _serve(fd, path, cuda)
+    except BaseException:
+        os.close(fd)
+        raise
+    if got is None:
+        os.close(fd)
+        return None
+    return (fd,) + tuple(got)
+
+
 def _serve(fd, path, cuda):
     """(torch, header) when the fast path can serve the file open at fd, else
     None, with a notice when an mcfs file cannot take it for a reason the
@@ -477,18 +487,12 @@ def _open(args, kwargs):
         return original()
     try:
         path = os.fsdecode(os.fspath(filename))
-        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        got = _open_served(path, cuda)
     except (TypeError, ValueError, OSError):
         return original()  # safetensors' own error
-    try:
-        got = _serve(fd, path, cuda)
-    except BaseException:
-        os.close(fd)
-        raise
     if got is None:
-        os.close(fd)
         return original()
-    torch, header = got
+    fd, torch, header = got
     if cuda is not None:
         return FastSafeOpen(torch, fd, path, header, cuda, original)
     try:
