@@ -71,6 +71,9 @@ struct fs_node {
 	char open_version[CACHE_VERSION_MAX]; /* version of the page-cache opens */
 	unsigned pc_opens;		      /* open handles that use the page cache */
 	uint64_t open_size;		      /* bytes of open_version */
+	/* The opens since pc_opens was last 0 may keep the kernel's pages: they
+	 * are of open_version (page_cache_mode()). */
+	bool pc_keep;
 	/* The kernel was shown open_size, more than the store's size, so that it
 	 * would not cut the page-cache opens short (shown_size()); it is told to
 	 * ask again when the last of them closes. */
@@ -655,6 +658,15 @@ int fs_inode_file(struct fs_session *s, fuse_ino_t ino, struct cache_file **f)
  * are of the same version); an open of another version while those are open
  * bypasses it with direct_io, so that concurrent opens of two versions never
  * see each other's pages. Returns true if the version changed.
+ *
+ * An owner of a new version does not keep the pages, and the kernel drops
+ * them after our reply, while the open returns: until then the old
+ * version's pages are still there. So every open of its period drops them
+ * too (pc_keep false), each before its own reads: one that kept them could
+ * read old pages in that window (seen with a version swapped every 5 ms,
+ * tests/test_no_mixed_versions.py: three blocks of one version and the last
+ * of the other). The first period that begins on the same version keeps
+ * them: by then every open that dropped them has returned.
  */
 static bool page_cache_mode(struct fs_session *s, struct fs_node *n, const char *v,
 			    struct fs_open_mode *mode)
@@ -673,11 +685,11 @@ static bool page_cache_mode(struct fs_session *s, struct fs_node *n, const char 
 	mode->direct_io = n->pc_opens > 0 && !same;
 	if (mode->direct_io)
 		return changed;
-	mode->keep_cache = s->cfg.keep_cache && (same || n->open_version[0] == '\0');
-	if (n->pc_opens == 0 || same) {
-		snprintf(n->open_version, sizeof(n->open_version), "%s", v);
-		n->open_size = n->attr.size;
-	}
+	if (n->pc_opens == 0)
+		n->pc_keep = same || n->open_version[0] == '\0';
+	snprintf(n->open_version, sizeof(n->open_version), "%s", v);
+	n->open_size = n->attr.size;
+	mode->keep_cache = s->cfg.keep_cache && n->pc_keep;
 	n->pc_opens++;
 	return changed;
 }

@@ -300,22 +300,25 @@ def test_shared_cache_hanging(swift, origin, tmp_path):
 def test_slow_but_steady_shared_cache_is_used(swift, origin, tmp_path):
     """A busy shared cache that works: it answers each block PUT seconds after
     taking its body (while it stores the object), and sends each block back at
-    256 KiB/s, 4 s for a 1 MiB block. Both are longer than shared_timeout (1 s),
+    256 KiB/s, 4 s for a 1 MiB block. Both are longer than shared_timeout (2 s),
     but the requests make progress: every block is written and then read from
     it, no read goes to the store, and the tier is never counted down."""
     data = rc.data_for("steady", 4 * BLOCK)
     (tmp_path / "src" / "model.bin").write_bytes(data)
     n = nblocks(data)
     with FaultProxy(swift.port) as px:
-        px.answer_delay = 2.5  # block PUTs only: leases are smaller than delay_min
-        opts = shared_opts(swift, "steady", ["shared_timeout=1"], endpoint=px.url)
+        px.answer_delay = 3  # block PUTs only: leases are smaller than delay_min
+        # 2 s, not less: on a loaded 2-CPU machine Swift has answered a small
+        # GET more than 1 s late while only these PUTs were out, a silence
+        # the tier is right to cut (and then counts as an error)
+        opts = shared_opts(swift, "steady", ["shared_timeout=2"], endpoint=px.url)
         with mcfs_mount(origin.url, str(tmp_path / "a"), opts=opts, env=ENV) as a:
             assert read(a.p("model.bin")) == data
             st = written(a, n)
             log_a = a.log()
         assert px.counts["delayed"] == n, px.counts
         assert st["shared_puts"] == n and st["shared_put_drops"] == 0, st
-        assert st["shared_errors"] == 0 and st["shared_state"] == 1, st
+        assert st["shared_errors"] == 0 and st["shared_state"] == 1, (st, log_a)
         px.answer_delay = 0
         px.rate = 256 * 1024
         open(str(tmp_path / "access.log"), "w").close()
@@ -324,8 +327,8 @@ def test_slow_but_steady_shared_cache_is_used(swift, origin, tmp_path):
             st = b.stats()
             log_b = b.log()
         assert px.counts["paced"] >= n, px.counts
-    assert st["shared_hits"] == n and st["store_reads"] == 0, st
-    assert st["shared_errors"] == 0 and st["shared_state"] == 1, st
+    assert st["shared_hits"] == n and st["store_reads"] == 0, (st, log_b)
+    assert st["shared_errors"] == 0 and st["shared_state"] == 1, (st, log_b)
     assert origin_gets(str(tmp_path / "access.log"), "model.bin") == []
     for log in (log_a, log_b):
         down, _ = state_lines(log)
@@ -335,7 +338,7 @@ def test_slow_but_steady_shared_cache_is_used(swift, origin, tmp_path):
 def test_busy_shared_cache_is_waited_for(swift, origin, tmp_path):
     """A busy shared cache answers one block's GET 3 s late (queued behind
     other work) while it sends another block, slowly, to the same daemon. The
-    late request gets no byte of its own for longer than shared_timeout (1 s),
+    late request gets no byte of its own for longer than shared_timeout (2 s),
     but the service is heard all along: the read waits for it, both blocks
     come from the shared cache, none from the store, and the tier is never
     counted down."""
@@ -350,7 +353,7 @@ def test_busy_shared_cache_is_waited_for(swift, origin, tmp_path):
     with FaultProxy(swift.port) as px:
         px.rate, px.rate_match = 128 * 1024, r"/slow\.bin-\w+/1M-0 HTTP"  # 8 s, steady
         px.get_delay = (r"/late\.bin-\w+/1M-0 HTTP", 3.0)  # nothing for 3 s, then all
-        opts = shared_opts(swift, "busy", ["shared_timeout=1"], endpoint=px.url)
+        opts = shared_opts(swift, "busy", ["shared_timeout=2"], endpoint=px.url)
         open(str(tmp_path / "access.log"), "w").close()
         with mcfs_mount(origin.url, str(tmp_path / "b"), opts=opts, env=ENV) as b:
             got = {}
@@ -367,8 +370,8 @@ def test_busy_shared_cache_is_waited_for(swift, origin, tmp_path):
             log = b.log()
         assert px.counts["paced"] == 1 and px.counts["delayed"] == 1, px.counts
     assert got == files
-    assert st["shared_hits"] == 2 and st["store_reads"] == 0, st
-    assert st["shared_errors"] == 0 and st["shared_state"] == 1, st
+    assert st["shared_hits"] == 2 and st["store_reads"] == 0, (st, log)
+    assert st["shared_errors"] == 0 and st["shared_state"] == 1, (st, log)
     assert origin_gets(str(tmp_path / "access.log"), "slow.bin") == []
     assert origin_gets(str(tmp_path / "access.log"), "late.bin") == []
     down, _ = state_lines(log)
