@@ -4,14 +4,13 @@
  *
  * Flow of a local miss (a fetch thread, through tiers.c): GET the block's
  * object; a verified object fills the RAM slot (a hit). A missing one, with
- * shared_wait > 0, goes through the lease: read the block's lease object; if
- * a fresh one is another node's, wait for the block to appear (polling it),
- * else write our own lease, let the other nodes' writes settle, and read it
- * back: the last writer fetches the block from the store and writes it, the
- * others wait. A corrupt or truncated object is refused (never served),
+ * shared_wait > 0, asks who fetches it (shared_lease.c: the lease of its
+ * run): this node fetches it from the store and writes it, or waits for the
+ * node that does. A corrupt or truncated object is refused (never served),
  * logged, fetched from the store and written over. After the store fetch the
  * fetch thread queues the write (cache_shared_put()); writer threads PUT it,
- * first asking with a HEAD whether a racing node wrote it already.
+ * first asking with a HEAD whether a racing node wrote it already (not for a
+ * block this node holds the lease of: no other node writes it).
  *
  * The write queue is bounded (each job pins a RAM slot) and a full one drops
  * the write, but for a block this node holds the lease of: other nodes wait
@@ -25,16 +24,6 @@
  * answer, a wait of shared_timeout (2 s) dropped 41 leased blocks, each read
  * from the store again by a waiter (1.16 times the model); so did a wait that
  * gave up when no writer took a job for shared_timeout (37, 1.17 times).
- *
- * Why leases: N nodes that load one model at once miss every block together;
- * without them each fetches every block from the store, N times the model.
- * The cluster's object store is the only shared thing we may use, and Swift's
- * s3api (like older S3 services) refuses conditional PUTs (If-None-Match), so
- * the lease is "last writer wins, read back after a pause": the pause is
- * twice the recent latency of a small request, so that a node that read no
- * lease just before our write lands its own before our read-back. A race
- * that slips through costs one duplicate store read; a lease whose node died
- * costs the waiters shared_wait, once, and expires after that long.
  *
  * Health: two up/down states, reads (the whole tier) and writes, kept by
  * shared_health.c; every request asks cache_shared_begin() first and reports
@@ -61,71 +50,13 @@
 #include <time.h>
 #include <unistd.h>
 
-#define LEASE_SUFFIX ".lease"
-#define LEASE_MAX 160	     /* a lease object: "NODE TIME_MS[ released]\n" */
-#define LEASE_LOOK_EVERY 4   /* a waiter looks at the lease every this many polls */
-#define POLL_FIRST_MS 50     /* the first look for a block another node fetches */
-#define POLL_MAX_MS 1000     /* polls double up to this */
-#define SETTLE_MIN_US 10000  /* a lease's pause before its read-back, at least */
-#define SETTLE_MAX_US 200000 /* and at most */
-
 /* ---- small helpers ------------------------------------------------------ */
-
-/* A deadline @s seconds from now on CLOCK_MONOTONIC, for a timed wait. */
-static struct timespec deadline_in(double s)
-{
-	struct timespec ts;
-	long ns;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	ns = ts.tv_nsec + (long)((s - (double)(long)s) * 1e9);
-	ts.tv_sec += (long)s + ns / 1000000000;
-	ts.tv_nsec = ns % 1000000000;
-	return ts;
-}
-
-/*
- * Sleeps @ms, or less if the cache stops. Returns true if it is stopping.
- * Sleeps on sh->stop_cond (sh->lock) until the time passes or stopping.
- */
-static bool pause_ms(struct cache_shared *sh, unsigned ms)
-{
-	struct timespec ts = deadline_in(ms / 1000.0);
-	bool stop;
-
-	pthread_mutex_lock(&sh->lock);
-	while (!atomic_load(&sh->stopping) &&
-	       pthread_cond_timedwait(&sh->stop_cond, &sh->lock, &ts) == 0)
-		;
-	stop = atomic_load(&sh->stopping);
-	pthread_mutex_unlock(&sh->lock);
-	return stop;
-}
-
-/* Feeds a small request's latency into settle_us (an average of the last few). */
-static void note_latency(struct cache_shared *sh, unsigned long long t0)
-{
-	unsigned us = (unsigned)MCFS_MIN((mcfs_now_ns() - t0) / 1000, 10ull * SETTLE_MAX_US);
-	unsigned old = atomic_load_explicit(&sh->settle_us, memory_order_relaxed);
-	unsigned v = (old * 7 + 2 * us) / 8;
-
-	atomic_store_explicit(&sh->settle_us, MCFS_MAX(SETTLE_MIN_US, MCFS_MIN(SETTLE_MAX_US, v)),
-			      memory_order_relaxed);
-}
-
-static uint64_t wall_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_REALTIME, &ts);
-	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
-}
 
 /* ---- reads -------------------------------------------------------------- */
 
-/* One GET of the block, verified; health and counters kept. */
-static enum cache_shared_got get_block(struct cache_shared *sh, enum ticket t, const char *key,
-				       const struct cache_shared_block *blk, void *buf)
+enum cache_shared_got cache_shared_get_block(struct cache_shared *sh, enum ticket t,
+					     const char *key, const struct cache_shared_block *blk,
+					     void *buf)
 {
 	unsigned char tr[CACHE_SHARED_TRAILER];
 	struct remote_blob_res res;
@@ -156,169 +87,6 @@ static enum cache_shared_got get_block(struct cache_shared *sh, enum ticket t, c
 	return CACHE_SHARED_SKIP;
 }
 
-/*
- * Reads the lease @lkey: 0 with *mine (ours) and *held (someone's, younger
- * than shared_wait, not released), -ENOENT, or -EIO / -ENOTCONN (the tier
- * failed or is down).
- */
-static int read_lease(struct cache_shared *sh, const char *lkey, bool *mine, bool *held)
-{
-	char body[LEASE_MAX + 1], node[96], state[16] = "";
-	unsigned long long t0 = mcfs_now_ns(), ms = 0;
-	uint64_t now = wall_ms(), wait_ms = (uint64_t)(sh->wait_s * 1000);
-	struct remote_blob_res res;
-	enum ticket t = cache_shared_begin(&sh->rd);
-	size_t n;
-	int rc;
-
-	*mine = *held = false;
-	if (t == T_NONE)
-		return -ENOTCONN;
-	rc = remote_blob_get_small(sh->blob, lkey, body, LEASE_MAX, &n, &res);
-	note_latency(sh, t0);
-	if (rc != 0 && rc != -ENOENT && rc != -EBADMSG) {
-		cache_shared_went_wrong(sh, &sh->rd, t, "GET", lkey, &res);
-		return -EIO;
-	}
-	cache_shared_went_well(sh, &sh->rd, t);
-	if (rc == -ENOENT)
-		return rc;
-	body[rc == 0 ? n : 0] = '\0';
-	/* a lease we cannot read is nobody's: take it over */
-	if (sscanf(body, "%95s %llu %15s", node, &ms, state) < 2)
-		return 0;
-	*mine = strcmp(node, sh->node) == 0;
-	*held = ms + wait_ms > now && ms < now + wait_ms && strcmp(state, "released") != 0;
-	return 0;
-}
-
-/* A lease object's body into @body: "NODE TIME_MS[ released]\n". Returns its length. */
-static size_t lease_body(struct cache_shared *sh, bool released, char body[LEASE_MAX])
-{
-	int n = snprintf(body, LEASE_MAX, "%s %" PRIu64 "%s\n", sh->node, wall_ms(),
-			 released ? " released" : "");
-
-	return (size_t)MCFS_MIN(MCFS_MAX(n, 0), LEASE_MAX - 1);
-}
-
-/* Writes our lease @lkey. 0, or -errno. */
-static int write_lease(struct cache_shared *sh, const char *lkey)
-{
-	char body[LEASE_MAX];
-	unsigned long long t0 = mcfs_now_ns();
-	struct remote_blob_res res;
-	enum ticket t;
-	size_t n;
-	int rc;
-
-	if (atomic_load(&sh->rd.state) != H_UP)
-		return -ENOTCONN;
-	t = cache_shared_begin(&sh->wr);
-	if (t == T_NONE)
-		return -ENOTCONN;
-	n = lease_body(sh, false, body);
-	rc = remote_blob_put_small(sh->blob, lkey, body, n, &res);
-	note_latency(sh, t0);
-	if (rc < 0) {
-		cache_shared_write_failed(sh, t, rc, "PUT", lkey, &res);
-		return rc;
-	}
-	cache_shared_went_well(sh, &sh->wr, t);
-	return 0;
-}
-
-/*
- * Writes our lease, lets racing writers land theirs, reads it back: 1 if it
- * is ours (this node fetches the block), 0 if another node's, -errno.
- */
-static int claim(struct cache_shared *sh, const char *lkey)
-{
-	bool mine, held;
-	int rc = write_lease(sh, lkey);
-
-	if (rc < 0)
-		return rc;
-	if (pause_ms(sh, atomic_load_explicit(&sh->settle_us, memory_order_relaxed) / 1000))
-		return 1;
-	rc = read_lease(sh, lkey, &mine, &held);
-	if (rc < 0)
-		return rc == -ENOENT ? 1 : rc;
-	return mine || !held;
-}
-
-/*
- * Polls for a block another node is fetching, up to shared_wait. Every few
- * polls it looks at the lease: one given back (its node could not write the
- * block) or expired is claimed again, so that one waiter, not all, goes to
- * the store.
- *
- * Polls cost the shared service a request each, and every waiting fetch
- * thread of every node polls: measured with 4 nodes on 2 cores
- * (tests/bench/bench_shared.py), they were most of Swift's work. So the
- * first look comes after half the time recent waits took, and the next ones
- * twice as far apart each, up to POLL_MAX_MS: about two looks per wait.
- */
-static enum cache_shared_got await_block(struct cache_shared *sh, const char *key, const char *lkey,
-					 const struct cache_shared_block *blk, void *buf)
-{
-	unsigned long long deadline = mcfs_now_ns() + (unsigned long long)(sh->wait_s * 1e9);
-	unsigned long long t0 = mcfs_now_ns();
-	unsigned ms, polls = 0, avg = atomic_load_explicit(&sh->waited_ms, memory_order_relaxed);
-	enum cache_shared_got got;
-	bool mine, held;
-	enum ticket t;
-
-	ms = MCFS_MAX(POLL_FIRST_MS, MCFS_MIN(avg / 2, POLL_MAX_MS));
-	for (;;) {
-		if (pause_ms(sh, ms))
-			return CACHE_SHARED_MISS; /* stopping: the store, without waiting */
-		t = cache_shared_begin(&sh->rd);
-		if (t == T_NONE)
-			return CACHE_SHARED_SKIP;
-		got = get_block(sh, t, key, blk, buf);
-		if (got == CACHE_SHARED_HIT) {
-			shared_count(&sh->waits, 1);
-			atomic_store_explicit(
-			    &sh->waited_ms,
-			    (avg * 3 + (unsigned)((mcfs_now_ns() - t0) / 1000000)) / 4,
-			    memory_order_relaxed);
-		}
-		if (got != CACHE_SHARED_MISS)
-			return got;
-		if (mcfs_now_ns() >= deadline) {
-			shared_count(&sh->wait_timeouts, 1);
-			MCFS_DEBUG("shared cache %s%s: not written within shared_wait (%.1f s); "
-				   "fetching it from the store",
-				   sh->name, key, sh->wait_s);
-			return CACHE_SHARED_MISS;
-		}
-		if (++polls % LEASE_LOOK_EVERY == 0 && read_lease(sh, lkey, &mine, &held) == 0 &&
-		    !held && claim(sh, lkey) == 1)
-			return CACHE_SHARED_OWNED;
-		ms = MCFS_MIN(ms * 2, POLL_MAX_MS);
-	}
-}
-
-/* After a miss: who fetches the block, this node (OWNED or MISS) or another (we wait)? */
-static enum cache_shared_got take_lease(struct cache_shared *sh, const char *key,
-					const struct cache_shared_block *blk, void *buf)
-{
-	char lkey[CACHE_SHARED_KEY_MAX + sizeof(LEASE_SUFFIX)];
-	bool mine, held;
-	int rc;
-
-	snprintf(lkey, sizeof(lkey), "%s" LEASE_SUFFIX, key);
-	rc = read_lease(sh, lkey, &mine, &held);
-	if (rc < 0 && rc != -ENOENT)
-		return CACHE_SHARED_MISS;
-	if (rc == 0 && held)
-		return mine ? CACHE_SHARED_OWNED : await_block(sh, key, lkey, blk, buf);
-	rc = claim(sh, lkey);
-	if (rc < 0)
-		return CACHE_SHARED_MISS;
-	return rc == 1 ? CACHE_SHARED_OWNED : await_block(sh, key, lkey, blk, buf);
-}
-
 enum cache_shared_got cache_shared_get(struct cache_shared *sh,
 				       const struct cache_shared_block *blk, void *buf)
 {
@@ -331,9 +99,9 @@ enum cache_shared_got cache_shared_get(struct cache_shared *sh,
 	t = cache_shared_begin(&sh->rd);
 	if (t == T_NONE)
 		return CACHE_SHARED_SKIP;
-	got = get_block(sh, t, key, blk, buf);
+	got = cache_shared_get_block(sh, t, key, blk, buf);
 	if (got == CACHE_SHARED_MISS && sh->wait_s > 0)
-		got = take_lease(sh, key, blk, buf);
+		got = cache_shared_lease(sh, key, blk, buf);
 	if (got == CACHE_SHARED_HIT)
 		shared_count(&sh->hits, 1);
 	else if (got != CACHE_SHARED_SKIP)
@@ -342,27 +110,6 @@ enum cache_shared_got cache_shared_get(struct cache_shared *sh,
 }
 
 /* ---- writes ------------------------------------------------------------- */
-
-/*
- * Gives back the lease of block @key, which this node will not write after
- * all: a waiting node claims it, instead of all of them waiting shared_wait
- * and going to the store. Sent also while writes are counted down (one small
- * request, and the waiters need it most then), but not while the tier is;
- * it changes no state. Failing, the lease expires after shared_wait.
- */
-static void give_back(struct cache_shared *sh, const char *key)
-{
-	char lkey[CACHE_SHARED_KEY_MAX + sizeof(LEASE_SUFFIX)], body[LEASE_MAX];
-	struct remote_blob_res res;
-	size_t n;
-
-	if (atomic_load(&sh->rd.state) != H_UP)
-		return;
-	snprintf(lkey, sizeof(lkey), "%s" LEASE_SUFFIX, key);
-	n = lease_body(sh, true, body);
-	if (remote_blob_put_small(sh->blob, lkey, body, n, &res) < 0)
-		shared_count(&sh->errors, 1);
-}
 
 static void write_one(struct cache_shared *sh, const struct put_job *j)
 {
@@ -376,7 +123,7 @@ static void write_one(struct cache_shared *sh, const struct put_job *j)
 	if (t == T_NONE) {
 		shared_count(&sh->put_drops, 1);
 		if (j->owned)
-			give_back(sh, j->key);
+			cache_shared_give_back(sh, j->lkey);
 		return;
 	}
 	if (j->check) {
@@ -398,7 +145,7 @@ static void write_one(struct cache_shared *sh, const struct put_job *j)
 		shared_count(&sh->put_drops, 1);
 		cache_shared_write_failed(sh, t, rc, "PUT", j->key, &res);
 		if (j->owned)
-			give_back(sh, j->key);
+			cache_shared_give_back(sh, j->lkey);
 		return;
 	}
 	shared_count(&sh->puts, 1);
@@ -443,7 +190,7 @@ static void *writer_thread(void *arg)
  */
 static void wait_for_room(struct cache_shared *sh)
 {
-	struct timespec ts = deadline_in(sh->wait_s);
+	struct timespec ts = cache_shared_deadline(sh->wait_s);
 
 	while (!sh->closing && sh->qn == sh->qmax &&
 	       pthread_cond_timedwait(&sh->room, &sh->lock, &ts) == 0)
@@ -453,36 +200,39 @@ static void wait_for_room(struct cache_shared *sh)
 int cache_shared_put(struct cache_shared *sh, const struct cache_shared_block *blk,
 		     const void *data, enum cache_shared_got got, void *arg)
 {
-	char key[CACHE_SHARED_KEY_MAX];
+	char key[CACHE_SHARED_KEY_MAX], lkey[SHARED_LEASE_KEY_MAX] = "";
+	bool owned = got == CACHE_SHARED_OWNED;
 	struct put_job *j;
 
-	if (cache_shared_key(sh->store, sh->bs, blk, key, sizeof(key)) < 0) {
+	if (cache_shared_key(sh->store, sh->bs, blk, key, sizeof(key)) < 0 ||
+	    (owned && cache_shared_lease_key(sh, blk, lkey, sizeof(lkey)) < 0)) {
 		shared_count(&sh->put_drops, 1);
 		return -ENOTCONN;
 	}
 	if (atomic_load(&sh->rd.state) != H_UP || (atomic_load(&sh->wr.state) == H_DOWN &&
 						   mcfs_now_ns() < atomic_load(&sh->wr.retry_ns))) {
 		shared_count(&sh->put_drops, 1);
-		if (got == CACHE_SHARED_OWNED)
-			give_back(sh, key);
+		if (owned)
+			cache_shared_give_back(sh, lkey);
 		return -ENOTCONN;
 	}
 	pthread_mutex_lock(&sh->lock);
-	if (got == CACHE_SHARED_OWNED && sh->qn == sh->qmax)
+	if (owned && sh->qn == sh->qmax)
 		wait_for_room(sh);
 	if (sh->closing || sh->qn == sh->qmax) {
 		pthread_mutex_unlock(&sh->lock);
 		shared_count(&sh->put_drops, 1);
-		if (got == CACHE_SHARED_OWNED)
-			give_back(sh, key);
+		if (owned)
+			cache_shared_give_back(sh, lkey);
 		return -EAGAIN;
 	}
 	j = &sh->q[(sh->qhead + sh->qn) % sh->qmax];
 	memcpy(j->key, key, sizeof(key));
+	memcpy(j->lkey, lkey, sizeof(lkey));
 	j->data = data;
 	j->len = blk->len;
 	j->check = got == CACHE_SHARED_MISS;
-	j->owned = got == CACHE_SHARED_OWNED;
+	j->owned = owned;
 	j->arg = arg;
 	sh->qn++;
 	pthread_cond_signal(&sh->work);
@@ -545,6 +295,7 @@ static void free_shared(struct cache_shared *sh)
 	remote_blob_close(sh->blob);
 	pthread_mutex_destroy(&sh->lock);
 	pthread_cond_destroy(&sh->work);
+	pthread_cond_destroy(&sh->runs_changed);
 	pthread_cond_destroy(&sh->stop_cond);
 	pthread_cond_destroy(&sh->room);
 	free(sh->q);
@@ -570,11 +321,11 @@ int cache_shared_open(const struct cfg *cfg, const char *store, uint64_t bs, uns
 	sh->qmax = MCFS_MAX(1, queue_max);
 	sh->rd.what = "reads";
 	sh->wr.what = "writes";
-	atomic_store(&sh->settle_us, 2 * SETTLE_MIN_US);
-	atomic_store(&sh->waited_ms, 2 * POLL_FIRST_MS);
+	cache_shared_lease_init(sh);
 	make_node_id(sh->node, sizeof(sh->node));
 	pthread_mutex_init(&sh->lock, NULL);
 	pthread_cond_init(&sh->work, NULL);
+	pthread_cond_init(&sh->runs_changed, NULL);
 	pthread_condattr_init(&ca);
 	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
 	pthread_cond_init(&sh->stop_cond, &ca);

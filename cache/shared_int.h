@@ -1,6 +1,7 @@
 /*
  * shared_int.h - what the shared tier's own files share (shared.c: reads,
- * leases, writes, life; shared_health.c: the up/down states). Not for use
+ * writes, life; shared_lease.c: who fetches a missed block; shared_health.c:
+ * the up/down states). Not for use
  * outside them: the tier's interface is shared.h.
  */
 #ifndef MCFS_CACHE_SHARED_INT_H
@@ -10,6 +11,7 @@
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <time.h>
 
 #include "blob.h"
 #include "shared.h"
@@ -33,13 +35,31 @@ struct health {
 	unsigned long long since_ns;   /* guarded by sh->lock: when it went down */
 };
 
+/* A run's lease object: a block's key and "-runN.lease" */
+#define SHARED_LEASE_KEY_MAX (CACHE_SHARED_KEY_MAX + 32)
+/* Runs this node remembers (shared_lease.c): more than a node reads at once. */
+#define SHARED_RUNS 64
+
 struct put_job {
 	char key[CACHE_SHARED_KEY_MAX];
-	const void *data; /* borrowed until done() */
+	char lkey[SHARED_LEASE_KEY_MAX]; /* owned: its run's lease */
+	const void *data;		 /* borrowed until done() */
 	uint32_t len;
 	bool check; /* HEAD first: another node may have written it */
 	bool owned; /* this node holds the block's lease: other nodes wait for it */
 	void *arg;
+};
+
+/* What this node knows of a run's lease: being asked, ours, another node's,
+ * or given back by us (shared_lease.c). */
+enum run_state { RUN_FREE, RUN_CLAIMING, RUN_OURS, RUN_THEIRS, RUN_GIVEN };
+
+struct shared_run {
+	char key[SHARED_LEASE_KEY_MAX];
+	enum run_state state;
+	uint64_t since_ns; /* when it was learned (ours: when our lease was written) */
+	uint64_t until_ns; /* it holds until then (CLOCK_MONOTONIC, mcfs_now_ns()) */
+	bool refreshing;   /* ours: one thread writes the lease again */
 };
 
 struct cache_shared {
@@ -70,6 +90,8 @@ struct cache_shared {
 	atomic_bool stopping;	  /* no more waiting for other nodes */
 	pthread_t writers[SHARED_WRITERS];
 	unsigned nwriters;
+	struct shared_run runs[SHARED_RUNS]; /* guarded by lock */
+	pthread_cond_t runs_changed;	     /* a run's claim was answered (lock) */
 
 	/* The shared_* rows of cache/counters.h; relaxed. */
 	atomic_uint_fast64_t hits, misses, read_bytes, waits, wait_timeouts, puts, put_bytes,
@@ -80,6 +102,54 @@ static inline void shared_count(atomic_uint_fast64_t *c, uint64_t n)
 {
 	atomic_fetch_add_explicit(c, n, memory_order_relaxed);
 }
+
+/* A deadline @s seconds from now on CLOCK_MONOTONIC, for a timed wait. */
+static inline struct timespec cache_shared_deadline(double s)
+{
+	struct timespec ts;
+	long ns;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	ns = ts.tv_nsec + (long)((s - (double)(long)s) * 1e9);
+	ts.tv_sec += (long)s + ns / 1000000000;
+	ts.tv_nsec = ns % 1000000000;
+	return ts;
+}
+
+/* ---- reads (shared.c) --------------------------------------------------- */
+
+/* One GET of block @blk (@key) into @buf, verified: HIT, MISS, BAD or SKIP; health kept. */
+enum cache_shared_got cache_shared_get_block(struct cache_shared *sh, enum ticket t,
+					     const char *key, const struct cache_shared_block *blk,
+					     void *buf);
+
+/* ---- leases (shared_lease.c) -------------------------------------------- */
+
+/* Sets the latency estimates' first values. */
+void cache_shared_lease_init(struct cache_shared *sh);
+
+/* Names the lease of @blk's run into @out. 0 or -ENAMETOOLONG / -ENOMEM. */
+int cache_shared_lease_key(const struct cache_shared *sh, const struct cache_shared_block *blk,
+			   char *out, size_t len);
+
+/*
+ * After a miss of @blk (@key): OWNED (this node fetches it from the store and
+ * writes it), HIT (another node wrote it into @buf while we waited), MISS
+ * (the store, unleased: no lease could be had, or the wait ran out), BAD or
+ * SKIP (as cache_shared_get()).
+ */
+enum cache_shared_got cache_shared_lease(struct cache_shared *sh, const char *key,
+					 const struct cache_shared_block *blk, void *buf);
+
+/*
+ * Gives back the run lease @lkey, one of whose blocks this node will not
+ * write after all: a waiting node claims it, instead of all of them waiting
+ * shared_wait and going to the store. Sent once per run, also while writes
+ * are counted down (one small request, and the waiters need it most then),
+ * but not while the tier is; it changes no state. Failing, the lease
+ * expires after shared_wait.
+ */
+void cache_shared_give_back(struct cache_shared *sh, const char *lkey);
 
 /* ---- health (shared_health.c) ------------------------------------------- */
 

@@ -246,7 +246,7 @@ class Cluster:
     def add_node(self, shared_prefix):
         i = len(self.nodes)
         opts = ["ram_cache=" + self.args.ram, "block_size=" + self.args.block, "cache_dir=",
-                "ram_prefault=false"]
+                "ram_prefault=false"] + self.args.opt
         if shared_prefix:
             opts += ["shared_cache=s3://shared/" + shared_prefix,
                      "shared_endpoint=" + self.swift.endpoint,
@@ -343,9 +343,10 @@ class Cluster:
 def print_table(rows, model_bytes, args):
     print()
     print("Model: %.2f GiB in %d shards; nodes: ram_cache=%s, block_size=%s, no disk tier; "
-          "shared_timeout=%s; origin: %s" % (
+          "shared_timeout=%s%s; origin: %s" % (
               model_bytes / GiB, args.shards, args.ram, args.block,
               "%gs" % args.shared_timeout if args.shared_timeout else "default",
+              "".join(", " + o for o in args.opt),
               "shaped to %s for all nodes together" % args.origin_rate if args.origin_rate
               else "unshaped (nginx on the bridge)"))
     print()
@@ -379,6 +380,10 @@ def main():
     ap.add_argument("--origin-rate", type=parse_rate, default=None, metavar="RATE",
                     help="what the origin sends to all nodes together, in tc's units "
                     "(2gbit, 500mbit); default: unshaped")
+    ap.add_argument("--opt", action="append", default=[], metavar="KEY=VALUE",
+                    help="another mount option for every node (repeatable), e.g. shared_queue=32")
+    ap.add_argument("--shared-only", action="store_true",
+                    help="only the runs with the shared cache")
     ap.add_argument("--workdir", default="/tmp/mcfs-bench-shared",
                     help="model, servers and logs (the model is kept for the next run)")
     args = ap.parse_args()
@@ -399,7 +404,7 @@ def main():
         c.make_model()
         c.start()
         for n in ns:
-            for shared in (False, True):
+            for shared in (True,) if args.shared_only else (False, True):
                 t0 = time.time()
                 rows += c.run(n, shared)
                 print("N=%d shared=%s: %.0f s" % (n, shared, time.time() - t0), flush=True)
