@@ -199,6 +199,12 @@ enum cache_counter_type {
 	  "Bytes of blocks written to the shared cache (trailers not counted).")                   \
 	X(CACHE, shared_put_skips, "shared_put_skips", COUNTER, "shared_put_skips_total", NULL,    \
 	  "Blocks not written because the shared cache held them already.")                        \
+	X(CACHE, shared_leases, "shared_leases", COUNTER, "shared_leases_total", NULL,            \
+	  "Runs of blocks whose lease this node took: it fetches them from the store and writes "  \
+	  "them, and other nodes wait for them.")                                                   \
+	X(CACHE, shared_put_waits, "shared_put_waits", COUNTER, "shared_put_waits_total", NULL,    \
+	  "Writes of leased blocks that waited for room in the full write queue (the fetch "       \
+	  "thread waits, up to shared_wait).")                                                      \
 	X(CACHE, shared_put_drops, "shared_put_drops", COUNTER, "shared_put_drops_total", NULL,    \
 	  "Blocks not written: the queue was full, the tier down or refusing, or the PUT failed.") \
 	X(CACHE, shared_corrupt, "shared_corrupt", COUNTER, "shared_corrupt_total", NULL,          \

@@ -217,8 +217,10 @@ int cache_shared_put(struct cache_shared *sh, const struct cache_shared_block *b
 		return -ENOTCONN;
 	}
 	pthread_mutex_lock(&sh->lock);
-	if (owned && sh->qn == sh->qmax)
+	if (owned && sh->qn == sh->qmax) {
+		shared_count(&sh->put_waits, 1);
 		wait_for_room(sh);
+	}
 	if (sh->closing || sh->qn == sh->qmax) {
 		pthread_mutex_unlock(&sh->lock);
 		shared_count(&sh->put_drops, 1);
@@ -400,6 +402,8 @@ void cache_shared_get_stats(struct cache_shared *sh, struct cache_stats *out)
 	out->shared_put_bytes = load(&sh->put_bytes);
 	out->shared_put_skips = load(&sh->put_skips);
 	out->shared_put_drops = load(&sh->put_drops);
+	out->shared_leases = load(&sh->leases);
+	out->shared_put_waits = load(&sh->put_waits);
 	out->shared_corrupt = load(&sh->corrupt);
 	out->shared_errors = load(&sh->errors);
 	pthread_mutex_lock(&sh->lock);

@@ -95,7 +95,7 @@ struct cache_shared {
 
 	/* The shared_* rows of cache/counters.h; relaxed. */
 	atomic_uint_fast64_t hits, misses, read_bytes, waits, wait_timeouts, puts, put_bytes,
-	    put_skips, put_drops, corrupt, errors;
+	    put_skips, put_drops, corrupt, errors, leases, put_waits;
 };
 
 static inline void shared_count(atomic_uint_fast64_t *c, uint64_t n)

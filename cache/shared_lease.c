@@ -212,7 +212,10 @@ static int ask_owner(struct cache_shared *sh, const char *lkey)
 		return rc;
 	if (rc == 0 && held)
 		return mine;
-	return claim(sh, lkey);
+	rc = claim(sh, lkey);
+	if (rc == 1)
+		shared_count(&sh->leases, 1);
+	return rc;
 }
 
 /* ---- what this node knows of its runs (sh->runs, guarded by sh->lock) ---- */

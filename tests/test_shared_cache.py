@@ -18,6 +18,7 @@ unreachable cache (the mount goes on without it, saying so).
 """
 import os
 import re
+import time
 import threading
 
 import pytest
@@ -219,6 +220,74 @@ def test_daemons_reading_at_once_share_the_store_reads(swift, origin, tmp_path):
     assert reads < 2 * n, (sa, sb)
     assert sa["shared_waits"] + sb["shared_waits"] >= 1, (sa, sb)
     assert sa["shared_corrupt"] + sb["shared_corrupt"] == 0
+
+
+def leases_in(sw, prefix):
+    """The lease objects under prefix: key -> body."""
+    s3 = sw.s3()
+    out = {}
+    for page in s3.get_paginator("list_objects_v2").paginate(Bucket=SHARED, Prefix=prefix + "/"):
+        for o in page.get("Contents", []):
+            if o["Key"].endswith(".lease"):
+                out[o["Key"]] = s3.get_object(Bucket=SHARED, Key=o["Key"])["Body"].read()
+    return out
+
+
+def test_another_nodes_run_lease(swift, origin, tmp_path):
+    """One lease covers a run of a file's blocks (256 MiB: all of this file).
+    A run that another node holds: the daemon waits for its blocks and reads
+    none from the store. One it gave back ("released"): the daemon takes it
+    over (its own node in the lease) and fetches the blocks itself."""
+    data = rc.data_for("run", 6 * BLOCK)
+    (tmp_path / "src" / "model.bin").write_bytes(data)
+    n = nblocks(data)
+    opts = shared_opts(swift, "run", ["shared_wait=30"])
+    with mcfs_mount(origin.url, str(tmp_path / "a"), opts=opts, env=ENV) as a:
+        assert read(a.p("model.bin")) == data
+        assert written(a, n)["shared_leases"] == 1
+    leases = leases_in(swift, "run")
+    assert len(leases) == 1, leases  # one run, not one lease per block
+    (lkey,) = leases
+    assert lkey.endswith("/1M-0-run256.lease"), lkey
+    s3 = swift.s3()
+    blocks = {k: s3.get_object(Bucket=SHARED, Key=k)["Body"].read() for k in blocks_in(swift, "run")}
+    assert len(blocks) == n
+
+    def other_node(state=""):
+        for k in blocks:
+            s3.delete_object(Bucket=SHARED, Key=k)
+        body = "othernode-0123456789abcdef %d%s\n" % (int(time.time() * 1000), state)
+        s3.put_object(Bucket=SHARED, Key=lkey, Body=body.encode())
+
+    # held: the blocks appear a second after the read began
+    other_node()
+    open(str(tmp_path / "access.log"), "w").close()
+    with mcfs_mount(origin.url, str(tmp_path / "b"), opts=opts, env=ENV) as b:
+        got = {}
+        t = threading.Thread(target=lambda: got.update(data=read(b.p("model.bin"))))
+        t.start()
+        time.sleep(1)
+        assert t.is_alive()  # waiting for the other node
+        for k, body in blocks.items():
+            s3.put_object(Bucket=SHARED, Key=k, Body=body)
+        t.join(60)
+        st = b.stats()
+    assert got["data"] == data
+    assert st["store_reads"] == 0 and st["shared_hits"] == n and st["shared_waits"] >= 1, st
+    assert st["shared_leases"] == 0, st
+    assert origin_gets(str(tmp_path / "access.log"), "model.bin") == []
+    assert leases_in(swift, "run")[lkey].startswith(b"othernode-")
+
+    # given back: taken over at once, and the blocks written again
+    other_node(" released")
+    with mcfs_mount(origin.url, str(tmp_path / "c"), opts=opts, env=ENV) as c:
+        assert read(c.p("model.bin")) == data
+        st = written(c, n)
+    assert st["store_reads"] == n and st["shared_waits"] == 0 and st["shared_leases"] == 1, st
+    assert st["shared_puts"] == n and st["shared_put_skips"] == 0, st
+    lease = leases_in(swift, "run")[lkey]
+    assert not lease.startswith(b"othernode-") and b"released" not in lease, lease
+    assert len(blocks_in(swift, "run")) == n
 
 
 def state_lines(log):
