@@ -2,15 +2,17 @@
  * shared.c - the shared block tier (shared.h): blocks in an S3 bucket that a
  * cluster's nodes share, between the local tiers and the store.
  *
- * Flow of a local miss (a fetch thread, through tiers.c): GET the block's
- * object; a verified object fills the RAM slot (a hit). A missing one, with
- * shared_wait > 0, asks who fetches it (shared_lease.c: the lease of its
+ * Reads (shared_read.c): a local miss (a fetch thread, through tiers.c) GETs
+ * the block's object; a verified object fills the RAM slot (a hit). A
+ * missing one, with shared_wait > 0, asks who fetches it (the lease of its
  * run): this node fetches it from the store and writes it, or waits for the
  * node that does. A corrupt or truncated object is refused (never served),
- * logged, fetched from the store and written over. After the store fetch the
- * fetch thread queues the write (cache_shared_put()); writer threads PUT it,
- * first asking with a HEAD whether a racing node wrote it already (not for a
- * block this node holds the lease of: no other node writes it).
+ * logged, fetched from the store and written over.
+ *
+ * Writes (here): after the store fetch the fetch thread queues the write
+ * (cache_shared_put()); writer threads PUT it, first asking with a HEAD
+ * whether a racing node wrote it already (not for a block this node holds
+ * the lease of: no other node writes it).
  *
  * The write queue is bounded (each job pins a RAM slot) and a full one drops
  * the write, but for a block this node holds the lease of: other nodes wait
@@ -49,65 +51,6 @@
 #include <sys/random.h>
 #include <time.h>
 #include <unistd.h>
-
-/* ---- small helpers ------------------------------------------------------ */
-
-/* ---- reads -------------------------------------------------------------- */
-
-enum cache_shared_got cache_shared_get_block(struct cache_shared *sh, enum ticket t,
-					     const char *key, const struct cache_shared_block *blk,
-					     void *buf)
-{
-	unsigned char tr[CACHE_SHARED_TRAILER];
-	struct remote_blob_res res;
-	const char *why = NULL;
-	int rc;
-
-	rc = remote_blob_get(sh->blob, key, buf, blk->len, tr, sizeof(tr), &res);
-	if (rc == 0)
-		rc = cache_shared_verify(key, buf, blk->len, tr, &why);
-	else if (rc == -EBADMSG)
-		why = "its size is not the block's and trailer's: truncated, or not a block";
-	if (rc == 0 || rc == -ENOENT || rc == -EBADMSG)
-		cache_shared_went_well(sh, &sh->rd, t);
-	if (rc == 0) {
-		shared_count(&sh->read_bytes, blk->len);
-		return CACHE_SHARED_HIT;
-	}
-	if (rc == -ENOENT)
-		return CACHE_SHARED_MISS;
-	if (rc == -EBADMSG) {
-		shared_count(&sh->corrupt, 1);
-		MCFS_WARN("shared cache %s%s (block %" PRIu64 " of %s): refused, %s; fetching it "
-			  "from the store and writing it over",
-			  sh->name, key, blk->index, blk->path, why);
-		return CACHE_SHARED_BAD;
-	}
-	cache_shared_went_wrong(sh, &sh->rd, t, "GET", key, &res);
-	return CACHE_SHARED_SKIP;
-}
-
-enum cache_shared_got cache_shared_get(struct cache_shared *sh,
-				       const struct cache_shared_block *blk, void *buf)
-{
-	char key[CACHE_SHARED_KEY_MAX];
-	enum cache_shared_got got;
-	enum ticket t;
-
-	if (cache_shared_key(sh->store, sh->bs, blk, key, sizeof(key)) < 0)
-		return CACHE_SHARED_SKIP;
-	t = cache_shared_begin(&sh->rd);
-	if (t == T_NONE)
-		return CACHE_SHARED_SKIP;
-	got = cache_shared_get_block(sh, t, key, blk, buf);
-	if (got == CACHE_SHARED_MISS && sh->wait_s > 0)
-		got = cache_shared_lease(sh, key, blk, buf);
-	if (got == CACHE_SHARED_HIT)
-		shared_count(&sh->hits, 1);
-	else if (got != CACHE_SHARED_SKIP)
-		shared_count(&sh->misses, 1);
-	return got;
-}
 
 /* ---- writes ------------------------------------------------------------- */
 

@@ -1,6 +1,6 @@
 /*
- * shared_int.h - what the shared tier's own files share (shared.c: reads,
- * writes, life; shared_lease.c: who fetches a missed block; shared_health.c:
+ * shared_int.h - what the shared tier's own files share (shared.c: writes,
+ * life; shared_read.c: reads, and who fetches a missed block; shared_health.c:
  * the up/down states). Not for use
  * outside them: the tier's interface is shared.h.
  */
@@ -37,7 +37,7 @@ struct health {
 
 /* A run's lease object: a block's key and "-runN.lease" */
 #define SHARED_LEASE_KEY_MAX (CACHE_SHARED_KEY_MAX + 32)
-/* Runs this node remembers (shared_lease.c): more than a node reads at once. */
+/* Runs this node remembers (shared_read.c): more than a node reads at once. */
 #define SHARED_RUNS 64
 
 struct put_job {
@@ -51,7 +51,7 @@ struct put_job {
 };
 
 /* What this node knows of a run's lease: being asked, ours, another node's,
- * or given back by us (shared_lease.c). */
+ * or given back by us (shared_read.c). */
 enum run_state { RUN_FREE, RUN_CLAIMING, RUN_OURS, RUN_THEIRS, RUN_GIVEN };
 
 struct shared_run {
@@ -116,14 +116,7 @@ static inline struct timespec cache_shared_deadline(double s)
 	return ts;
 }
 
-/* ---- reads (shared.c) --------------------------------------------------- */
-
-/* One GET of block @blk (@key) into @buf, verified: HIT, MISS, BAD or SKIP; health kept. */
-enum cache_shared_got cache_shared_get_block(struct cache_shared *sh, enum ticket t,
-					     const char *key, const struct cache_shared_block *blk,
-					     void *buf);
-
-/* ---- leases (shared_lease.c) -------------------------------------------- */
+/* ---- reads and leases (shared_read.c) ----------------------------------- */
 
 /* Sets the latency estimates' first values. */
 void cache_shared_lease_init(struct cache_shared *sh);
@@ -131,15 +124,6 @@ void cache_shared_lease_init(struct cache_shared *sh);
 /* Names the lease of @blk's run into @out. 0 or -ENAMETOOLONG / -ENOMEM. */
 int cache_shared_lease_key(const struct cache_shared *sh, const struct cache_shared_block *blk,
 			   char *out, size_t len);
-
-/*
- * After a miss of @blk (@key): OWNED (this node fetches it from the store and
- * writes it), HIT (another node wrote it into @buf while we waited), MISS
- * (the store, unleased: no lease could be had, or the wait ran out), BAD or
- * SKIP (as cache_shared_get()).
- */
-enum cache_shared_got cache_shared_lease(struct cache_shared *sh, const char *key,
-					 const struct cache_shared_block *blk, void *buf);
 
 /*
  * Gives back the run lease @lkey, one of whose blocks this node will not

@@ -1,8 +1,9 @@
 /*
- * shared_lease.c - who fetches a block that the shared tier misses: the
- * leases (shared_int.h). shared.c asks after a miss; the answer is this node
- * (OWNED: fetch it from the store, then write it), another node (wait for
- * the block to appear), or nobody can tell (MISS: the store, unleased).
+ * shared_read.c - the shared tier's reads (shared.h: cache_shared_get()): a
+ * block's GET, verified, and after a miss who fetches it, by the leases:
+ * this node (OWNED: fetch it from the store, then write it, shared.c),
+ * another node (wait for the block to appear), or nobody can tell (MISS: the
+ * store, unleased).
  *
  * Why leases: N nodes that load one model at once miss every block together;
  * without them each fetches every block from the store, N times the model.
@@ -93,6 +94,39 @@ static uint64_t wall_ms(void)
 
 	clock_gettime(CLOCK_REALTIME, &ts);
 	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+/* One GET of block @blk (@key) into @buf, verified: HIT, MISS, BAD or SKIP; health kept. */
+static enum cache_shared_got get_block(struct cache_shared *sh, enum ticket t, const char *key,
+				       const struct cache_shared_block *blk, void *buf)
+{
+	unsigned char tr[CACHE_SHARED_TRAILER];
+	struct remote_blob_res res;
+	const char *why = NULL;
+	int rc;
+
+	rc = remote_blob_get(sh->blob, key, buf, blk->len, tr, sizeof(tr), &res);
+	if (rc == 0)
+		rc = cache_shared_verify(key, buf, blk->len, tr, &why);
+	else if (rc == -EBADMSG)
+		why = "its size is not the block's and trailer's: truncated, or not a block";
+	if (rc == 0 || rc == -ENOENT || rc == -EBADMSG)
+		cache_shared_went_well(sh, &sh->rd, t);
+	if (rc == 0) {
+		shared_count(&sh->read_bytes, blk->len);
+		return CACHE_SHARED_HIT;
+	}
+	if (rc == -ENOENT)
+		return CACHE_SHARED_MISS;
+	if (rc == -EBADMSG) {
+		shared_count(&sh->corrupt, 1);
+		MCFS_WARN("shared cache %s%s (block %" PRIu64 " of %s): refused, %s; fetching it "
+			  "from the store and writing it over",
+			  sh->name, key, blk->index, blk->path, why);
+		return CACHE_SHARED_BAD;
+	}
+	cache_shared_went_wrong(sh, &sh->rd, t, "GET", key, &res);
+	return CACHE_SHARED_SKIP;
 }
 
 int cache_shared_lease_key(const struct cache_shared *sh, const struct cache_shared_block *blk,
@@ -346,7 +380,7 @@ static enum cache_shared_got await_block(struct cache_shared *sh, const char *ke
 		t = cache_shared_begin(&sh->rd);
 		if (t == T_NONE)
 			return CACHE_SHARED_SKIP;
-		got = cache_shared_get_block(sh, t, key, blk, buf);
+		got = get_block(sh, t, key, blk, buf);
 		if (got == CACHE_SHARED_HIT) {
 			shared_count(&sh->waits, 1);
 			atomic_store_explicit(
@@ -369,8 +403,9 @@ static enum cache_shared_got await_block(struct cache_shared *sh, const char *ke
 	}
 }
 
-enum cache_shared_got cache_shared_lease(struct cache_shared *sh, const char *key,
-					 const struct cache_shared_block *blk, void *buf)
+/* After a miss of @blk (@key): OWNED, HIT (waited for), MISS, BAD or SKIP. */
+static enum cache_shared_got take_lease(struct cache_shared *sh, const char *key,
+					const struct cache_shared_block *blk, void *buf)
 {
 	char lkey[SHARED_LEASE_KEY_MAX];
 	int rc;
@@ -381,6 +416,28 @@ enum cache_shared_got cache_shared_lease(struct cache_shared *sh, const char *ke
 	if (rc < 0)
 		return CACHE_SHARED_MISS;
 	return rc == 1 ? CACHE_SHARED_OWNED : await_block(sh, key, lkey, blk, buf);
+}
+
+enum cache_shared_got cache_shared_get(struct cache_shared *sh,
+				       const struct cache_shared_block *blk, void *buf)
+{
+	char key[CACHE_SHARED_KEY_MAX];
+	enum cache_shared_got got;
+	enum ticket t;
+
+	if (cache_shared_key(sh->store, sh->bs, blk, key, sizeof(key)) < 0)
+		return CACHE_SHARED_SKIP;
+	t = cache_shared_begin(&sh->rd);
+	if (t == T_NONE)
+		return CACHE_SHARED_SKIP;
+	got = get_block(sh, t, key, blk, buf);
+	if (got == CACHE_SHARED_MISS && sh->wait_s > 0)
+		got = take_lease(sh, key, blk, buf);
+	if (got == CACHE_SHARED_HIT)
+		shared_count(&sh->hits, 1);
+	else if (got != CACHE_SHARED_SKIP)
+		shared_count(&sh->misses, 1);
+	return got;
 }
 
 void cache_shared_give_back(struct cache_shared *sh, const char *lkey)

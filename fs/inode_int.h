@@ -1,0 +1,83 @@
+/*
+ * inode_int.h - what the inode table's files share (inode.c: the nodes,
+ * lookups, attributes, listings; inode_open.c: opens). Not for use outside
+ * them: the table's interface is inode.h.
+ */
+#ifndef MCFS_FS_INODE_INT_H
+#define MCFS_FS_INODE_INT_H
+
+#include "inode.h"
+
+#include <pthread.h>
+
+struct fs_node {
+	fuse_ino_t ino;		    /* 0 until the path is known to exist */
+	char *path;		    /* store path, "" for the root */
+	struct fs_node *hnext;	    /* path-hash chain */
+	struct cache_attr attr;	    /* valid when exists */
+	uint64_t attr_expires;	    /* attr (or the miss) is fresh until then; 0 = stale */
+	bool exists;		    /* false: the store said there is no such path */
+	uint64_t nlookup;	    /* kernel references (lookups minus forgets) */
+	struct fs_listing *listing; /* directories: last listing, or NULL */
+	uint64_t list_expires;	    /* listing is fresh until then */
+	/* The kernel's page cache of this inode holds pages of open_version only:
+	 * opens of another version while pc_opens > 0 bypass it (direct_io). */
+	char open_version[CACHE_VERSION_MAX]; /* version of the page-cache opens */
+	unsigned pc_opens;		      /* open handles that use the page cache */
+	uint64_t open_size;		      /* bytes of open_version */
+	/* The opens since pc_opens was last 0 may keep the kernel's pages: they
+	 * are of open_version (page_cache_mode()). */
+	bool pc_keep;
+	/* The kernel was shown open_size, more than the store's size, so that it
+	 * would not cut the page-cache opens short (shown_size()); it is told to
+	 * ask again when the last of them closes. */
+	bool size_held;
+	/* Passthrough (fs_inode_passthrough): while pt_opens > 0 the kernel holds
+	 * backing_id on this inode, a backing file of pt_version, and refuses
+	 * cached opens; the node holds the file's pin (cache_backing_get). */
+	char pt_version[CACHE_VERSION_MAX];
+	unsigned pt_opens;
+	int backing_id;
+	/* Out of the path hash: the path names a newer node now (fs_node_retire()). The
+	 * node keeps attr (of pt_version) for good and lives until nlookup and
+	 * its opens are 0 (fs_node_drop_retired()). */
+	bool retired;
+};
+
+struct fs_inodes {
+	pthread_mutex_t lock;	 /* guards everything below and all nodes */
+	struct fs_node **by_ino; /* index = inode number; [0] unused */
+	size_t ino_cap, next_ino;
+	struct fs_node **buckets; /* path hash */
+	size_t nbuckets, count;
+};
+
+/* The node of inode @ino, or NULL (lock held). */
+struct fs_node *fs_node_by_ino(struct fs_inodes *t, fuse_ino_t ino);
+
+/*
+ * Takes @n out of the path hash, so that the next lookup of its path makes a
+ * new node with a new inode number (inode_open.c says why). @n keeps its
+ * number, attributes and opens. Lock held.
+ */
+void fs_node_retire(struct fs_session *s, struct fs_node *n);
+
+/* Frees @n if it is retired and nothing refers to it any more: the kernel
+ * forgot it and its opens closed. Lock held. */
+void fs_node_drop_retired(struct fs_session *s, struct fs_node *n);
+
+/* Asks the cache about @path now (@confirm: its version confirmed with the
+ * store) and updates its node. No lock held. 0 or -errno. */
+int fs_node_refresh(struct fs_session *s, const char *path, bool confirm);
+
+/*
+ * Copies @ino's path into buf and says whether its attributes are fresh and
+ * whether the node is retired (may be NULL). 0, or -ENOENT. No lock held.
+ */
+int fs_node_state(struct fs_session *s, fuse_ino_t ino, char *buf, size_t len, bool *is_fresh,
+		  bool *is_retired);
+
+/* Refreshes @ino if stale, then returns with the lock held: the node, or NULL with *rc. */
+struct fs_node *fs_node_fresh(struct fs_session *s, fuse_ino_t ino, int *rc);
+
+#endif
