@@ -12,15 +12,18 @@
  * the lease is "last writer wins, read back after a pause": the pause is
  * twice the recent latency of a small request, so that a node that read no
  * lease just before our write lands its own before our read-back. A race
- * that slips through costs one duplicate store read; a lease whose node died
- * costs the waiters shared_wait, once, and expires after that long.
+ * that slips through sends two nodes to the store for one run's blocks (never
+ * a wrong byte); a lease whose node died costs the waiters shared_wait, once,
+ * and expires after that long.
  *
  * One lease covers a run of blocks (RUN_BYTES of a file), not one block:
  * taking a lease costs three small requests and a pause before the store
  * read can begin. Measured on one node with a 2 Gbit/s origin (2 CPUs, Swift
  * beside it, tests/bench/bench_shared.py, 4 GiB of 8 MiB blocks), a lease per
  * block made the load 1.17 times as long as without the shared cache (21.1
- * against 18.1 s), and no leases at all as long (18.2 s). This node keeps
+ * against 18.1 s), no leases at all as long (18.2 s), and one per 256 MiB
+ * 1.06 times (19.1 s; what is left is mostly each file's first run, whose
+ * first block waits for the lease). This node keeps
  * what it learned of its recent runs (sh->runs): a run it holds answers its
  * next misses at once, one that another node holds sends them to wait; the
  * first miss of a run decides for the others, which wait for it. An owner

@@ -272,10 +272,15 @@ def test_another_nodes_run_lease(swift, origin, tmp_path):
             s3.put_object(Bucket=SHARED, Key=k, Body=body)
         t.join(60)
         st = b.stats()
+        log = b.log()
     assert got["data"] == data
-    assert st["store_reads"] == 0 and st["shared_hits"] == n and st["shared_waits"] >= 1, st
-    assert st["shared_leases"] == 0, st
-    assert origin_gets(str(tmp_path / "access.log"), "model.bin") == []
+    # No block from the store but for a request the service failed (on the
+    # 2-CPU CI runner Swift has answered a GET more than shared_timeout late:
+    # that one read goes to the store), and this node never takes the run.
+    assert st["store_reads"] <= min(st["shared_errors"], 1), (st, log)
+    assert st["shared_hits"] == n - st["store_reads"] and st["shared_waits"] >= 1, (st, log)
+    assert st["shared_leases"] == 0 and st["shared_wait_timeouts"] == 0, (st, log)
+    assert len(origin_gets(str(tmp_path / "access.log"), "model.bin")) == st["store_reads"]
     assert leases_in(swift, "run")[lkey].startswith(b"othernode-")
 
     # given back: taken over at once, and the blocks written again
