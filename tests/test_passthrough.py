@@ -24,11 +24,11 @@ NOBODY = 65534
 SIZE = 10 * MiB + 12345
 
 
-def need_passthrough():
+def need_passthrough(why="test_fallback_libfuse covers this build"):
     need_root()
     if not features()["passthrough"]:
-        pytest.skip("this mcfs is built against libfuse %s, without passthrough (3.17 needed);"
-                    " test_fallback_libfuse covers this build" % features()["libfuse"])
+        pytest.skip("this mcfs is built against libfuse %s, without passthrough (3.17 needed): "
+                    "%s" % (features()["libfuse"], why))
 
 
 def opts(tmp, *more):

@@ -20,8 +20,8 @@ import pytest
 
 from conftest import mcfs_mount, need_root, run_mcfs, wait_for
 from disk_helpers import settle
-from fuse_knobs import features
 from gen import MiB, drop_caches, rand_bytes
+from test_passthrough import need_passthrough as need_passthrough_build, opts, read_all
 
 SIZE_A = 10 * MiB + 12345
 SIZE_B = 13 * MiB + 777   # another size: a mix would show at either end
@@ -29,19 +29,7 @@ SIZE_C = 7 * MiB + 4321   # smaller
 
 
 def need_passthrough():
-    need_root()
-    if not features()["passthrough"]:
-        pytest.skip("this mcfs is built against libfuse %s, without passthrough (3.17 needed): "
-                    "no passthrough open can hold the old version" % features()["libfuse"])
-
-
-def opts(tmp, *more):
-    return ["cache_dir=%s" % (tmp / "cache"), "block_size=1M", "ram_cache=64M", *more]
-
-
-def read_all(path):
-    with open(path, "rb") as f:
-        return f.read()
+    need_passthrough_build("no passthrough open can hold the old version")
 
 
 def replace(src, name, data):
