@@ -80,7 +80,7 @@ def written(m, n):
         return st if st["shared_queued"] == 0 and \
             st["shared_puts"] + st["shared_put_skips"] >= n else None
     st = wait_for(done, timeout=60)
-    assert st, m.stats()
+    assert st, (m.stats(), m.log())
     return st
 
 
