@@ -267,3 +267,20 @@ def cleanup_daemon(mountpoint):
             except ProcessLookupError:
                 pass
         wait_for(lambda: not daemon_pids(mountpoint), timeout=5)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    """A failed test's report carries the error lines of every Swift that ran
+    during it (a 503 from the S3 front end names no cause of its own)."""
+    outcome = yield
+    rep = outcome.get_result()
+    if rep.failed:
+        import servers
+        for sw in servers.Swift.started:
+            if sw.stopped_at is not None and sw.stopped_at < call.start:
+                continue
+            text = sw.log_problems()
+            if text:
+                rep.sections.append(("swift logs (%s)" % sw.dir, text))
+

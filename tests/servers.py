@@ -10,6 +10,7 @@ in stop(). Nothing here touches /etc: Swift reads its swift.conf from
     with Swift(work_dir) as sw: sw.endpoint, sw.s3() (a boto3 client)
 """
 import os
+import re
 import shutil
 import signal
 import socket
@@ -159,12 +160,19 @@ workers = %(workers)d
 user = root
 swift_dir = %(dir)s/etc
 log_level = WARNING
+client_timeout = 120
 [pipeline:main]
 pipeline = catch_errors gatekeeper healthcheck proxy-logging cache listing_formats s3api tempauth copy slo dlo proxy-logging proxy-server
 [app:proxy-server]
 use = egg:swift#proxy
 account_autocreate = true
 allow_account_management = true
+# One replica on one loopback node: a node the proxy "error-limits" after 10
+# slow answers (a sanitizer pass on 2 CPUs) would turn every request for the
+# next minute into a 503, so no error limiting, and patient timeouts.
+conn_timeout = 5
+node_timeout = 60
+error_suppression_limit = 1000000
 [filter:s3api]
 use = egg:swift#s3api
 location = us-east-1
@@ -201,6 +209,8 @@ class Swift:
     Credentials: SWIFT_KEY / SWIFT_SECRET, region us-east-1, path style.
     """
 
+    started = []  # every one: the logs of those a failed test saw go with its report
+
     def __init__(self, workdir, workers=1, host="127.0.0.1"):
         self.dir = os.path.abspath(workdir)
         self.workers = workers
@@ -208,6 +218,7 @@ class Swift:
         self.procs = {}
         self.port = None
         self.endpoint = None
+        self.stopped_at = None
 
     def _write_conf(self):
         for sub in ("etc", "node/d1", "log", "run"):
@@ -252,7 +263,7 @@ class Swift:
                                   "-u", "root", "-m", "64", "-U", "0"])
         for n in ("account", "container", "object", "proxy"):
             self._spawn(n, ["swift-%s-server" % n,
-                            os.path.join(self.dir, "etc", "%s-server.conf" % n)])
+                            os.path.join(self.dir, "etc", "%s-server.conf" % n), "-v"])
         deadline = time.time() + timeout
         while time.time() < deadline:
             try:
@@ -271,6 +282,8 @@ class Swift:
             raise RuntimeError("swift did not answer /healthcheck in %ds" % timeout)
         for n in ("account", "container", "object"):
             wait_port(self.ports[n], 10)
+        self.stopped_at = None
+        Swift.started.append(self)
         return self
 
     def stop_proxy(self):
@@ -279,7 +292,7 @@ class Swift:
 
     def start_proxy(self):
         self._spawn("proxy", ["swift-proxy-server",
-                              os.path.join(self.dir, "etc", "proxy-server.conf")])
+                              os.path.join(self.dir, "etc", "proxy-server.conf"), "-v"])
         if not wait_port(self.port, 30, self.procs["proxy"], host=self.host):
             raise RuntimeError("swift proxy did not come back")
 
@@ -308,6 +321,20 @@ class Swift:
     def stop(self):
         for key in list(self.procs):
             self._stop_one(key)
+        self.stopped_at = time.time()
+
+    def log_problems(self, lines=20):
+        """The last error, timeout and 5xx lines of each server's log (-v logs to it)."""
+        bad = re.compile(r"ERROR|Timeout|Traceback|rror:|\" 5\d\d ")
+        out = []
+        for name in ("proxy", "object", "container", "account"):
+            try:
+                with open(os.path.join(self.dir, "log", name + ".log"), errors="replace") as f:
+                    hits = [l for l in f if bad.search(l)]
+            except OSError:
+                continue
+            out += ["%s: %s" % (name, l.rstrip()) for l in hits[-lines:]]
+        return "\n".join(out)
 
     def s3(self):
         import boto3
