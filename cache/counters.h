@@ -173,6 +173,9 @@ enum cache_counter_type {
 	  "passthrough_fallbacks_total", NULL,                                                     \
 	  "Opens of a complete file that went through the cache instead (cached opens of the "     \
 	  "inode, another version open, or the kernel refused the backing file).")                \
+	X(FS, cold_direct_opens, "cold_direct_opens", COUNTER, "cold_direct_opens_total", NULL,    \
+	  "Opens of a file not complete in the cache answered with direct_io (cold_direct_io): "   \
+	  "their reads bypass the page cache.")                                                    \
 	X(CACHE, open_checks, "open_checks", COUNTER, "open_checks_total", NULL,                   \
 	  "Opens whose file version the store confirmed (open_check=always: a stat or one HEAD "   \
 	  "each).")                                                                                \

@@ -94,7 +94,7 @@ static int check_io_uring(const char *v)
 	return -EINVAL;
 }
 
-static int check_passthrough(const char *v)
+static int check_auto_off(const char *v)
 {
 	return strcmp(v, "auto") == 0 || strcmp(v, "off") == 0 ? 0 : -EINVAL;
 }
@@ -149,9 +149,13 @@ static const struct key keys[] = {
     {"io_uring", KEY_STR, F(io_uring), 0, 0, check_io_uring,
      "auto, on or off; FUSE over io_uring (libfuse 3.18; auto = when the kernel's "
      "enable_uring is Y)"},
-    {"passthrough", KEY_STR, F(passthrough), 0, 0, check_passthrough,
+    {"passthrough", KEY_STR, F(passthrough), 0, 0, check_auto_off,
      "auto or off; FUSE passthrough: the kernel reads complete files from their backing "
      "file in cache_dir (libfuse 3.17, root; auto = when all of it is there)"},
+    {"cold_direct_io", KEY_STR, F(cold_direct_io), 0, 0, check_auto_off,
+     "auto or off; an open of a file not complete in the cache bypasses the page cache "
+     "(direct_io: one copy per byte, no page allocation); auto = when the kernel lets "
+     "such opens be mmapped (libfuse 3.16)"},
     {"allow_other", KEY_BOOL, F(allow_other), 0, 0, NULL,
      "true or false; let other users (pods) read the mount"},
     {"endpoint", KEY_STR, F(endpoint), 0, 0, NULL, "an http(s) URL of an S3-compatible service"},
@@ -271,6 +275,7 @@ void cfg_init(struct cfg *c)
 	c->max_request = 0; /* the block: one FUSE READ answers from one block */
 	snprintf(c->io_uring, sizeof(c->io_uring), "auto");
 	snprintf(c->passthrough, sizeof(c->passthrough), "auto");
+	snprintf(c->cold_direct_io, sizeof(c->cold_direct_io), "auto");
 	c->tls_verify = true;
 	snprintf(c->region, sizeof(c->region), "us-east-1");
 	snprintf(c->addressing, sizeof(c->addressing), "path");

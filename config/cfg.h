@@ -54,6 +54,7 @@ struct cfg {
 	uint64_t max_request;	/* bytes, largest FUSE request to ask for; 0 = block_size */
 	char io_uring[8];	/* "auto", "on" or "off": FUSE over io_uring */
 	char passthrough[8];	/* "auto" or "off": FUSE passthrough of complete files */
+	char cold_direct_io[8]; /* "auto" or "off": direct_io for opens of files not complete */
 	bool allow_other;	/* let other users see the mount */
 
 	/* Remote stores (cache/remote). */

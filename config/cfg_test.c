@@ -298,6 +298,9 @@ static void test_values(void)
 	expect_ok("passthrough", "auto");
 	expect_ok("passthrough", "off");
 	expect_bad("passthrough", "on", "auto or off");
+	expect_ok("cold_direct_io", "auto");
+	expect_ok("cold_direct_io", "off");
+	expect_bad("cold_direct_io", "yes", "auto or off");
 
 	expect_ok("read_ahead_kb", "0");
 	expect_ok("read_ahead_kb", "1048576");

@@ -183,6 +183,13 @@ void fs_conn_init(struct fs_session *s, struct fuse_conn_info *conn)
 	else
 		conn->want &= ~FUSE_CAP_OVER_IO_URING;
 #endif
+#ifdef FUSE_CAP_DIRECT_IO_ALLOW_MMAP
+	if (strcmp(s->cfg.cold_direct_io, "off") != 0 &&
+	    (conn->capable & FUSE_CAP_DIRECT_IO_ALLOW_MMAP)) {
+		conn->want |= FUSE_CAP_DIRECT_IO_ALLOW_MMAP;
+		atomic_store(&c->cold_dio, true);
+	}
+#endif
 #ifdef MCFS_FUSE_PASSTHROUGH
 	/* Backing files live on a plain filesystem: FUSE_BACKING_STACKED_UNDER (0),
 	 * so this mount may itself sit under overlayfs. */
@@ -209,6 +216,20 @@ void fs_conn_note_req(struct fs_session *s, struct fuse_req *req)
 	}
 #else
 	(void)s, (void)req;
+#endif
+}
+
+/* How opens of files not complete read: "direct_io", or "page cache (why)". */
+static const char *cold_state(const struct fs_session *s)
+{
+	if (atomic_load(&s->conn.cold_dio))
+		return "direct_io";
+	if (strcmp(s->cfg.cold_direct_io, "off") == 0)
+		return "page cache (cold_direct_io=off)";
+#ifdef FUSE_CAP_DIRECT_IO_ALLOW_MMAP
+	return "page cache (the kernel does not allow mmap of direct_io opens)";
+#else
+	return "page cache (libfuse before 3.16 cannot allow mmap of direct_io opens)";
 #endif
 }
 
@@ -247,11 +268,12 @@ int fs_conn_check(struct fs_session *s)
 	 */
 	uring = uring_state(s);
 	MCFS_INFO("FUSE: libfuse %s, requests up to %s (asked %s; %s %u pages), io_uring %s, "
-		  "passthrough %s%s%s",
+		  "passthrough %s%s%s, cold opens %s",
 		  fuse_pkgversion(), mcfs_fmt_bytes(c->max_granted, a, sizeof(a)),
 		  mcfs_fmt_bytes(want, b, sizeof(b)), MAX_PAGES_LIMIT_PATH, c->max_pages_limit,
 		  uring, atomic_load(&c->pt_on) ? "on" : "off (",
-		  atomic_load(&c->pt_on) ? "" : c->pt_why, atomic_load(&c->pt_on) ? "" : ")");
+		  atomic_load(&c->pt_on) ? "" : c->pt_why, atomic_load(&c->pt_on) ? "" : ")",
+		  cold_state(s));
 #ifdef MCFS_FUSE_MAX_PAGES
 	if (c->max_granted < want - want % page)
 		MCFS_INFO(
@@ -278,7 +300,7 @@ void fs_conn_print_version(FILE *fp)
 {
 	fprintf(fp,
 		"libfuse %s (built with %d.%d): requests over 1 MiB %s, io_uring %s, "
-		"passthrough %s\n",
+		"passthrough %s, direct_io cold opens %s\n",
 		fuse_pkgversion(), FUSE_MAJOR_VERSION, FUSE_MINOR_VERSION,
 #ifdef MCFS_FUSE_MAX_PAGES
 		"yes",
@@ -291,6 +313,11 @@ void fs_conn_print_version(FILE *fp)
 		"no",
 #endif
 #ifdef MCFS_FUSE_PASSTHROUGH
+		"yes",
+#else
+		"no",
+#endif
+#ifdef FUSE_CAP_DIRECT_IO_ALLOW_MMAP
 		"yes"
 #else
 		"no"

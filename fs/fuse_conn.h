@@ -13,6 +13,11 @@
  *     while /sys/module/fuse/parameters/enable_uring is Y.
  * mcfs never writes those two knobs: root sets them (deploy/README.md).
  *
+ * direct_io opens of files not complete in the cache (cold_direct_io) need
+ * the kernel to let an mmap of such an open through the page cache
+ * (FUSE_CAP_DIRECT_IO_ALLOW_MMAP: libfuse >= 3.16, kernel >= 6.6); without
+ * it an mmap would fail (ENODEV), so they are not used.
+ *
  * Passthrough (libfuse >= 3.17, MCFS_FUSE_PASSTHROUGH) needs CAP_SYS_ADMIN
  * for the backing ioctl, so a daemon without it never asks (and keeps the
  * mount's full stacking depth); the reads then go through the cache.
@@ -49,6 +54,9 @@ struct fs_conn {
 	bool pt_want;		   /* mcfs will ask for passthrough (fs_conn_args) */
 	const char *pt_why;	   /* why not, when !pt_want: static text */
 	atomic_bool pt_on;	   /* INIT agreed passthrough: opens may use it */
+	/* INIT agreed FUSE_DIRECT_IO_ALLOW_MMAP and cold_direct_io is auto: opens
+	 * of files not complete may be direct_io (an mmap of one still works). */
+	atomic_bool cold_dio;
 };
 
 /*

@@ -134,9 +134,10 @@ void fs_node_retire(struct fs_session *s, struct fs_node *n)
 	n->retired = true;
 	atomic_fetch_add_explicit(&s->inode_renumbers, 1, memory_order_relaxed);
 	atomic_fetch_add_explicit(&s->inodes_retired, 1, memory_order_relaxed);
-	MCFS_INFO("%s changed in the store while open with passthrough: its %u open(s) keep inode "
-		  "%lu and the old version; new opens get a new inode",
-		  n->path, n->pt_opens, (unsigned long)n->ino);
+	MCFS_INFO("%s changed in the store while open%s: its %u open(s) keep inode %lu and the "
+		  "old version; new opens get a new inode",
+		  n->path, n->pt_opens > 0 ? " with passthrough" : "", n->pt_opens + n->pc_opens,
+		  (unsigned long)n->ino);
 }
 
 /* Frees @n if it is retired and nothing refers to it any more: the kernel

@@ -79,7 +79,7 @@ fuse_ino_t fs_inode_ref(struct fs_session *s, fuse_ino_t ino, struct stat *st);
 /* How one open uses the kernel's page cache, or passthrough. */
 struct fs_open_mode {
 	bool keep_cache;  /* the pages cached are of this version: keep them */
-	bool direct_io;	  /* another version owns the page cache now: bypass it */
+	bool direct_io;	  /* a cold open: reads bypass the page cache (still a page-cache open) */
 	bool passthrough; /* the kernel reads the backing file: backing_id */
 	int backing_id;	  /* the inode's registered backing file, when passthrough */
 };
@@ -100,7 +100,7 @@ MCFS_MUST_CHECK int fs_inode_open(struct fs_session *s, fuse_ino_t ino, struct c
 				  struct fs_open_mode *mode);
 
 /*
- * Turns a cached open of @f (fs_inode_open() gave @mode, not direct_io) into
+ * Turns a cached open of @f (as fs_inode_open() gave @mode) into
  * a passthrough open when the kernel allows it: the file has a backing file
  * (cache_backing_get()) and the inode has no other cached open. The inode
  * holds one backing id and one pin of the backing file while passthrough
@@ -111,6 +111,15 @@ MCFS_MUST_CHECK int fs_inode_open(struct fs_session *s, fuse_ino_t ino, struct c
  */
 bool fs_inode_passthrough(struct fs_session *s, fuse_req_t req, fuse_ino_t ino,
 			  struct cache_file *f, struct fs_open_mode *mode);
+
+/*
+ * Makes a cached open of @f (not passthrough) direct_io when the cache does
+ * not hold the file whole and the connection allows it (cold_direct_io; see
+ * inode_open.c): the reads then bypass the page cache. The open stays
+ * counted as a page-cache open of its version. Returns true when it did.
+ * Can't fail (may read the disk tier's index).
+ */
+bool fs_inode_cold_direct(struct fs_session *s, struct cache_file *f, struct fs_open_mode *mode);
 
 /* At release of a handle of @f opened with @mode; @req (NULL at teardown)
  * unregisters the inode's backing file after its last passthrough open. */

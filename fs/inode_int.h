@@ -21,7 +21,7 @@ struct fs_node {
 	struct fs_listing *listing; /* directories: last listing, or NULL */
 	uint64_t list_expires;	    /* listing is fresh until then */
 	/* The kernel's page cache of this inode holds pages of open_version only:
-	 * opens of another version while pc_opens > 0 bypass it (direct_io). */
+	 * an open of another version while pc_opens > 0 retires the node. */
 	char open_version[CACHE_VERSION_MAX]; /* version of the page-cache opens */
 	unsigned pc_opens;		      /* open handles that use the page cache */
 	uint64_t open_size;		      /* bytes of open_version */
@@ -39,7 +39,7 @@ struct fs_node {
 	unsigned pt_opens;
 	int backing_id;
 	/* Out of the path hash: the path names a newer node now (fs_node_retire()). The
-	 * node keeps attr (of pt_version) for good and lives until nlookup and
+	 * node keeps attr (of its opens' version) for good and lives until nlookup and
 	 * its opens are 0 (fs_node_drop_retired()). */
 	bool retired;
 };

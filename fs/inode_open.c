@@ -15,15 +15,17 @@
  * that version's (inode.c's shown_size()): their reads past the new end reach the
  * cache, which serves the old version's bytes it holds and fails the others
  * with EIO (their blocks are keyed by the old version, which the store no
- * longer has). Opens of the new version bypass the page cache meanwhile
- * (page_cache_mode()), so the kernel does not end theirs at the size shown
- * either: the cache ends them at their own. Stat shows the larger size until
- * the last old open closes; then the kernel is told to ask again.
+ * longer has). Stat shows the larger size until the last old open closes;
+ * then the kernel is told to ask again. An open of the new version meanwhile
+ * gets a new inode, as under passthrough below: one inode's page cache holds
+ * one version's pages, and an open that bypassed it (direct_io) could still
+ * fill it with its own through an mmap.
  *
  * A file replaced in the store while open with passthrough. The kernel holds
  * one backing file per inode, of the old version, and refuses any other open
  * of that inode (EINVAL cached, EBUSY with another backing file), so the new
- * version needs another inode: the node is retired (fs_node_retire()). It leaves the
+ * version needs another inode (and so does a new version while page-cache
+ * opens of the old one last, above): the node is retired (fs_node_retire()). It leaves the
  * path hash and keeps its inode number, its attributes and its opens, which
  * read the old version whole from its backing file; the path gets a new node,
  * so a new inode number, at once. Only a store answer about the path itself
@@ -34,9 +36,18 @@
  * LOOKUP_REVAL: that LOOKUP answers the new number, the kernel drops the old
  * dentry (fuse_dentry_revalidate: another nodeid) and opens the new inode.
  * A retired node is freed when the kernel forgot it and its opens closed
- * (fs_node_drop_retired()); inode numbers are never reused. Cached opens need none of
- * this: one inode serves two versions through the page cache and direct_io,
- * as above, so an inode changes number only under passthrough.
+ * (fs_node_drop_retired()); inode numbers are never reused.
+ *
+ * Cold opens (cold_direct_io). An open of a file the cache does not hold
+ * whole is answered with direct_io when the kernel allows an mmap of such an
+ * open (fs_conn.cold_dio): its reads go from the cache into the reader's
+ * buffer, one copy, with no page allocated, where a page-cache read copies
+ * twice. It counts as a page-cache open all the same (pc_opens, the version
+ * that owns the inode's page cache), because an mmap of it reads through that
+ * page cache: so it holds the inode's version as page-cache opens do, and no
+ * passthrough open joins it (the kernel puts an mmapped direct_io open's
+ * inode in cached mode, and would refuse one with ETXTBSY). Once a file is
+ * complete its opens use the page cache, or passthrough.
  */
 #define _GNU_SOURCE
 #include "inode.h"
@@ -72,8 +83,8 @@ static struct fs_node *confirmed_node(struct fs_session *s, fuse_ino_t ino, int 
  * One inode has one page cache, so only one version may be in it: the first
  * open after all page-cache opens closed owns it (and keeps the pages if they
  * are of the same version); an open of another version while those are open
- * bypasses it with direct_io, so that concurrent opens of two versions never
- * see each other's pages. Returns true if the version changed.
+ * never gets here (open_file() retires the node). Returns true if the version
+ * changed.
  *
  * An owner of a new version does not keep the pages, and the kernel drops
  * them after our reply, while the open returns: until then the old
@@ -98,9 +109,6 @@ static bool page_cache_mode(struct fs_session *s, struct fs_node *n, const char 
 		n->pt_opens++;
 		return false;
 	}
-	mode->direct_io = n->pc_opens > 0 && !same;
-	if (mode->direct_io)
-		return changed;
 	if (n->pc_opens == 0)
 		n->pc_keep = same || n->open_version[0] == '\0';
 	snprintf(n->open_version, sizeof(n->open_version), "%s", v);
@@ -158,6 +166,14 @@ static int open_file(struct fs_session *s, fuse_ino_t ino, struct cache_file **f
 		 * (LOOKUP_REVAL), which finds the path's new node. */
 		if (mode && !n->retired && n->pt_opens > 0 && strcmp(n->pt_version, a.version) != 0)
 			fs_node_retire(s, n);
+		/* Page-cache opens of another version: the same, and the node
+		 * keeps what the kernel was told of theirs. */
+		if (mode && !n->retired && n->pc_opens > 0 &&
+		    strcmp(n->open_version, a.version) != 0) {
+			n->attr.size = n->open_size;
+			snprintf(n->attr.version, sizeof(n->attr.version), "%s", n->open_version);
+			fs_node_retire(s, n);
+		}
 		if (mode && n->retired)
 			rc = -ESTALE;
 		else if (mode)
@@ -187,8 +203,6 @@ void fs_inode_close(struct fs_session *s, fuse_req_t req, fuse_ino_t ino, struct
 	struct fs_node *n;
 	int id = 0;
 
-	if (mode->direct_io)
-		return;
 	pthread_mutex_lock(&s->inodes->lock);
 	n = fs_node_by_ino(s->inodes, ino);
 	if (n && mode->passthrough && n->pt_opens > 0 && --n->pt_opens == 0) {
@@ -227,8 +241,8 @@ bool fs_inode_passthrough(struct fs_session *s, fuse_req_t req, fuse_ino_t ino,
 	struct fs_node *n;
 	int fd = -1, id, rc;
 
-	if (mode->direct_io || mode->passthrough)
-		return mode->passthrough;
+	if (mode->passthrough)
+		return true;
 	/* Builds the backing file if need be (seconds): no lock held. */
 	rc = cache_backing_get(s->cache, f, &fd);
 	if (rc < 0)
@@ -271,6 +285,17 @@ bool fs_inode_passthrough(struct fs_session *s, fuse_req_t req, fuse_ino_t ino,
 	(void)s, (void)req, (void)ino, (void)f, (void)mode;
 	return false;
 #endif
+}
+
+bool fs_inode_cold_direct(struct fs_session *s, struct cache_file *f, struct fs_open_mode *mode)
+{
+	if (mode->passthrough || !atomic_load(&s->conn.cold_dio) ||
+	    cache_file_cached_bytes(s->cache, f) >= cache_file_size(f))
+		return false;
+	mode->direct_io = true;
+	mode->keep_cache = false;
+	atomic_fetch_add_explicit(&s->cold_direct_opens, 1, memory_order_relaxed);
+	return true;
 }
 
 int fs_inode_file(struct fs_session *s, fuse_ino_t ino, struct cache_file **f)

@@ -176,6 +176,9 @@ static void fs_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	/* A complete file: the kernel may read its backing file itself. */
 	if (rc == 0 && atomic_load(&s->conn.pt_on))
 		fs_inode_passthrough(s, req, ino, h->file, &mode);
+	/* Not complete: the bytes go from the cache into the reader's buffer. */
+	if (rc == 0)
+		fs_inode_cold_direct(s, h->file, &mode);
 	if (rc < 0) {
 		free(h);
 		fuse_reply_err(req, -rc);
