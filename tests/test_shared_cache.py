@@ -86,7 +86,10 @@ def written(m, n):
         return st if st["shared_queued"] == 0 and \
             st["shared_puts"] + st["shared_put_skips"] >= n else None
     st = wait_for(done, timeout=60)
-    assert st, (m.stats(), m.log())
+    if not st:  # printed whole (an assertion's message is cut short)
+        print("counters:", brief(m.stats()))
+        print("log:", m.log())
+    assert st, "the daemon's block writes did not finish within 60 s (counters and log above)"
     return st
 
 
