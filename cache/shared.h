@@ -99,6 +99,9 @@ enum cache_shared_got {
 	CACHE_SHARED_MISS,  /* not there: fetch, then write it (if still absent) */
 	CACHE_SHARED_OWNED, /* not there, and this node holds its lease: fetch, write */
 	CACHE_SHARED_BAD,   /* a corrupt copy: fetch, then write it over */
+	/* asked, and the request failed (the tier may still be up: one late
+	 * answer on a busy service): fetch, then write it if still up and absent */
+	CACHE_SHARED_FAILED,
 };
 
 /*

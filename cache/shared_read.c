@@ -99,7 +99,7 @@ static uint64_t wall_ms(void)
 	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
 }
 
-/* One GET of block @blk (@key) into @buf, verified: HIT, MISS, BAD or SKIP; health kept. */
+/* One GET of block @blk (@key) into @buf, verified: HIT, MISS, BAD or FAILED; health kept. */
 static enum cache_shared_got get_block(struct cache_shared *sh, enum ticket t, const char *key,
 				       const struct cache_shared_block *blk, void *buf)
 {
@@ -129,7 +129,7 @@ static enum cache_shared_got get_block(struct cache_shared *sh, enum ticket t, c
 		return CACHE_SHARED_BAD;
 	}
 	cache_shared_went_wrong(sh, &sh->rd, t, "GET", key, &res);
-	return CACHE_SHARED_SKIP;
+	return CACHE_SHARED_FAILED;
 }
 
 int cache_shared_lease_key(const struct cache_shared *sh, const struct cache_shared_block *blk,
@@ -406,7 +406,7 @@ static enum cache_shared_got await_block(struct cache_shared *sh, const char *ke
 	}
 }
 
-/* After a miss of @blk (@key): OWNED, HIT (waited for), MISS, BAD or SKIP. */
+/* After a miss of @blk (@key): OWNED, HIT (waited for), MISS, BAD, FAILED or SKIP. */
 static enum cache_shared_got take_lease(struct cache_shared *sh, const char *key,
 					const struct cache_shared_block *blk, void *buf)
 {
@@ -438,7 +438,7 @@ enum cache_shared_got cache_shared_get(struct cache_shared *sh,
 		got = take_lease(sh, key, blk, buf);
 	if (got == CACHE_SHARED_HIT)
 		shared_count(&sh->hits, 1);
-	else if (got != CACHE_SHARED_SKIP)
+	else if (got != CACHE_SHARED_SKIP && got != CACHE_SHARED_FAILED)
 		shared_count(&sh->misses, 1);
 	return got;
 }

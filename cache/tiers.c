@@ -309,6 +309,9 @@ static bool shared_fill(struct cache *c, struct cache_block *b, uint32_t *len)
 	case CACHE_SHARED_BAD:
 		b->fill = CACHE_FILL_STORE_BAD;
 		break;
+	case CACHE_SHARED_FAILED: /* written if the tier is still up (a HEAD first) */
+		b->fill = CACHE_FILL_STORE_MISS;
+		break;
 	case CACHE_SHARED_SKIP:
 		break;
 	}
