@@ -149,6 +149,9 @@ uint64_t cache_file_size(const struct cache_file *f);
 const char *cache_file_version(const struct cache_file *f);
 /* Bytes of this file held now in the RAM or the disk tier (a block in both counts once). */
 uint64_t cache_file_cached_bytes(struct cache *c, struct cache_file *f);
+/* True if every block of @f is whole in the RAM or the disk tier (the disk
+ * tier is asked only until a block is missing). No lock held. Can't fail. */
+bool cache_file_complete(struct cache *c, struct cache_file *f);
 
 /* ---- metadata: attributes, listings, symlinks, capacity (attrs.c) ------
  *

@@ -208,8 +208,6 @@ void cache_tier_stats(struct cache *c, struct cache_stats *out);
 
 /* blocks.c: drops @f's unreferenced blocks from the RAM tier; returns the bytes. */
 uint64_t cache_ram_drop_file(struct cache *c, struct cache_file *f);
-/* blocks.c: true if every block of @f is whole in the RAM or the disk tier. No lock held. */
-bool cache_file_complete(struct cache *c, struct cache_file *f);
 
 /* backing.c: the backing files under STORE_DIR/files, at most @limit bytes (removes
  * what a previous run left). Returns 0 or a negative errno (then no passthrough). */
