@@ -52,21 +52,43 @@ struct fs_handle {
 	bool keep_cache, direct_io;    /* how it uses the page cache (fs_open_mode) */
 	bool passthrough;	       /* the kernel reads its backing file (fs_open_mode) */
 	struct fs_handle *prev, *next; /* session->handles, guarded by handles_lock */
-	/* Set (release) by open before its reply, read (acquire) by every later
-	 * request on the handle (fs_handle_of): the kernel orders those requests,
-	 * but over io_uring they arrive on other rings' threads with no lock in
-	 * common, and this makes the order visible to the C memory model (and to
-	 * ThreadSanitizer). */
-	atomic_bool published;
+	atomic_uint order; /* see fs_order_before() */
 };
 
-/* The handle of an open file's request: see fs_handle.published. */
+/*
+ * The kernel orders the requests on one open file or directory (open, then
+ * reads or ioctls, then release, each after the reply of the one it follows),
+ * but over io_uring they arrive on different rings' threads with no lock in
+ * common. An atomic counter per object makes that order visible to the C
+ * memory model (and to ThreadSanitizer): each request counts itself out
+ * (release) when done with the object, before its reply, and each later one
+ * reads the count (acquire) before touching it. The counts of all earlier
+ * requests form one release sequence, so the reading request sees everything
+ * any of them wrote, and release frees nothing a request still reads.
+ */
+static inline void fs_order_after(atomic_uint *order)
+{
+	(void)atomic_load_explicit(order, memory_order_acquire);
+}
+
+static inline void fs_order_before(atomic_uint *order)
+{
+	atomic_fetch_add_explicit(order, 1, memory_order_release);
+}
+
+/* The handle of an open file's request, paired with fs_handle_done(). */
 static inline struct fs_handle *fs_handle_of(const struct fuse_file_info *fi)
 {
 	struct fs_handle *h = (struct fs_handle *)(uintptr_t)fi->fh;
 
-	(void)atomic_load_explicit(&h->published, memory_order_acquire);
+	fs_order_after(&h->order);
 	return h;
+}
+
+/* The request no longer touches the handle: its reply may come next. */
+static inline void fs_handle_done(struct fs_handle *h)
+{
+	fs_order_before(&h->order);
 }
 
 /* Frees the handles the kernel never released, at teardown (fs/ops.c). */

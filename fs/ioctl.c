@@ -223,7 +223,6 @@ void fs_ioctl(fuse_req_t req, fuse_ino_t ino, unsigned int cmd, void *arg,
 		fuse_reply_err(req, ENOTTY);
 		return;
 	}
-	h = fs_handle_of(fi); /* a file's: a directory's fh is a listing */
 	switch (cmd) {
 	case (unsigned)MCFS_IOC_LOAD:
 		want = sizeof(buf->u.load);
@@ -248,10 +247,13 @@ void fs_ioctl(fuse_req_t req, fuse_ino_t ino, unsigned int cmd, void *arg,
 		return;
 	}
 	memcpy(&buf->u, in_buf, want);
-	if (cmd == (unsigned)MCFS_IOC_LOAD) {
-		rc = do_load(req, h, &buf->u.load, buf->ranges);
-	} else if (cmd == (unsigned)MCFS_IOC_PREFETCH) {
-		rc = do_prefetch(s, h, &buf->u.prefetch);
+	if (cmd == (unsigned)MCFS_IOC_LOAD || cmd == (unsigned)MCFS_IOC_PREFETCH) {
+		h = fs_handle_of(fi); /* a file's: a directory's fh is a listing */
+		if (cmd == (unsigned)MCFS_IOC_LOAD)
+			rc = do_load(req, h, &buf->u.load, buf->ranges);
+		else
+			rc = do_prefetch(s, h, &buf->u.prefetch);
+		fs_handle_done(h);
 	} else {
 		do_info(s, &buf->u.info);
 		rc = 0;

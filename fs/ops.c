@@ -197,7 +197,7 @@ static void fs_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 		atomic_fetch_add_explicit(&s->passthrough_opens, 1, memory_order_relaxed);
 	fi->noflush = 1;
 	handle_link(s, h);
-	atomic_store_explicit(&h->published, true, memory_order_release);
+	fs_handle_done(h);
 	/* Interrupted: no release will come. The request is gone with the failed
 	 * reply, so a backing id registered for it stays until unmount. */
 	if (fuse_reply_open(req, fi) != 0)
@@ -227,16 +227,18 @@ static void read_failed(fuse_req_t req, fuse_ino_t ino, int rc)
 static void fs_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 		    struct fuse_file_info *fi)
 {
-	struct fs_handle *h = fs_handle_of(fi);
 	struct fuse_bufvec bv = FUSE_BUFVEC_INIT(0);
 	struct cache_read_reply r;
+	struct fs_handle *h;
 	int rc;
 
 	if (off < 0) {
 		fuse_reply_buf(req, NULL, 0);
 		return;
 	}
+	h = fs_handle_of(fi);
 	rc = cache_read(h->stream, (uint64_t)off, size, &r);
+	fs_handle_done(h);
 	if (rc < 0) {
 		read_failed(req, ino, rc);
 		return;
@@ -263,14 +265,18 @@ static void fs_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
 		return;
 	}
 	fi->fh = (uint64_t)(uintptr_t)l;
+	fs_order_before(&l->order);
 	if (fuse_reply_open(req, fi) != 0)
 		fs_listing_put(s, l);
 }
 
 static void fs_releasedir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
+	struct fs_listing *l = (struct fs_listing *)(uintptr_t)fi->fh;
+
 	(void)ino;
-	fs_listing_put(fs_sess(req), (struct fs_listing *)(uintptr_t)fi->fh);
+	fs_order_after(&l->order);
+	fs_listing_put(fs_sess(req), l);
 	fuse_reply_err(req, 0);
 }
 
@@ -315,6 +321,7 @@ static void do_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 	struct stat dot;
 	off_t i;
 
+	fs_order_after(&l->order);
 	if (!buf) {
 		fuse_reply_err(req, ENOMEM);
 		return;
@@ -336,6 +343,7 @@ static void do_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 		p += n;
 		rem -= n;
 	}
+	fs_order_before(&l->order);
 	fuse_reply_buf(req, buf, size - rem);
 	free(buf);
 }
