@@ -52,7 +52,7 @@ struct fs_handle {
 	bool keep_cache, direct_io;    /* how it uses the page cache (fs_open_mode) */
 	bool passthrough;	       /* the kernel reads its backing file (fs_open_mode) */
 	struct fs_handle *prev, *next; /* session->handles, guarded by handles_lock */
-	atomic_uint order; /* see fs_order_before() */
+	atomic_uint order;	       /* see fs_order_before() */
 };
 
 /*

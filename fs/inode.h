@@ -26,7 +26,7 @@
 
 /* A directory listing snapshot: refcounted, immutable once built. */
 struct fs_listing {
-	unsigned refs; /* guarded by inodes->lock */
+	unsigned refs;	   /* guarded by inodes->lock */
 	atomic_uint order; /* the requests on one open of it (fs_order_before) */
 	size_t n;
 	struct fs_listent {
