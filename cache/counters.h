@@ -205,6 +205,9 @@ enum cache_counter_type {
 	X(CACHE, shared_leases, "shared_leases", COUNTER, "shared_leases_total", NULL,            \
 	  "Runs of blocks whose lease this node took: it fetches them from the store and writes "  \
 	  "them, and other nodes wait for them.")                                                   \
+	X(CACHE, shared_early, "shared_early", COUNTER, "shared_early_total", NULL,                \
+	  "Misses fetched from the store while this node, seeming alone, claimed their run in "  \
+	  "the background.")                                                                      \
 	X(CACHE, shared_put_waits, "shared_put_waits", COUNTER, "shared_put_waits_total", NULL,    \
 	  "Writes of leased blocks that waited for room in the full write queue (the fetch "       \
 	  "thread waits, up to shared_wait).")                                                      \

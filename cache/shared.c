@@ -144,14 +144,28 @@ int cache_shared_put(struct cache_shared *sh, const struct cache_shared_block *b
 		     const void *data, enum cache_shared_got got, void *arg)
 {
 	char key[CACHE_SHARED_KEY_MAX], lkey[SHARED_LEASE_KEY_MAX] = "";
-	bool owned = got == CACHE_SHARED_OWNED;
+	bool owned = got == CACHE_SHARED_OWNED, early = false;
 	struct put_job *j;
 
 	if (cache_shared_key(sh->store, sh->bs, blk, key, sizeof(key)) < 0 ||
-	    (owned && cache_shared_lease_key(sh, blk, lkey, sizeof(lkey)) < 0)) {
+	    ((owned || got == CACHE_SHARED_MISS) &&
+	     cache_shared_lease_key(sh, blk, lkey, sizeof(lkey)) < 0)) {
 		shared_count(&sh->put_drops, 1);
 		return -ENOTCONN;
 	}
+	/* fetched while this node claimed its run (early): written as the run's
+	 * lease says, once it is ours; until the claim's answer, as likely ours
+	 * (waits for room), but with a HEAD first */
+	if (got == CACHE_SHARED_MISS && sh->wait_s > 0) {
+		enum run_state st = cache_shared_run_now(sh, lkey);
+
+		owned = st == RUN_OURS;
+		early = st == RUN_CLAIMING;
+		if (owned)
+			got = CACHE_SHARED_OWNED;
+	}
+	if (!owned)
+		lkey[0] = '\0';
 	if (atomic_load(&sh->rd.state) != H_UP || (atomic_load(&sh->wr.state) == H_DOWN &&
 						   mcfs_now_ns() < atomic_load(&sh->wr.retry_ns))) {
 		shared_count(&sh->put_drops, 1);
@@ -160,7 +174,7 @@ int cache_shared_put(struct cache_shared *sh, const struct cache_shared_block *b
 		return -ENOTCONN;
 	}
 	pthread_mutex_lock(&sh->lock);
-	if (owned && sh->qn == sh->qmax) {
+	if ((owned || early) && sh->qn == sh->qmax) {
 		shared_count(&sh->put_waits, 1);
 		wait_for_room(sh);
 	}
@@ -241,6 +255,7 @@ static void free_shared(struct cache_shared *sh)
 	pthread_mutex_destroy(&sh->lock);
 	pthread_cond_destroy(&sh->work);
 	pthread_cond_destroy(&sh->runs_changed);
+	pthread_cond_destroy(&sh->claims);
 	pthread_cond_destroy(&sh->stop_cond);
 	pthread_cond_destroy(&sh->room);
 	free(sh->q);
@@ -260,6 +275,7 @@ int cache_shared_open(const struct cfg *cfg, const char *store, uint64_t bs, uns
 	snprintf(sh->store, sizeof(sh->store), "%s", store);
 	sh->bs = bs;
 	sh->wait_s = cfg->shared_wait;
+	sh->run_blocks = MCFS_MAX(1, cfg->shared_run / bs);
 	sh->timeout_s = cfg->shared_timeout;
 	sh->done = done;
 	sh->ctx = ctx;
@@ -271,6 +287,7 @@ int cache_shared_open(const struct cfg *cfg, const char *store, uint64_t bs, uns
 	pthread_mutex_init(&sh->lock, NULL);
 	pthread_cond_init(&sh->work, NULL);
 	pthread_cond_init(&sh->runs_changed, NULL);
+	pthread_cond_init(&sh->claims, NULL);
 	pthread_condattr_init(&ca);
 	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
 	pthread_cond_init(&sh->stop_cond, &ca);
@@ -286,6 +303,10 @@ int cache_shared_open(const struct cfg *cfg, const char *store, uint64_t bs, uns
 		rc = -pthread_create(&sh->writers[i], NULL, writer_thread, sh);
 		if (rc == 0)
 			sh->nwriters++;
+	}
+	if (rc == 0 && sh->wait_s > 0) {
+		rc = -pthread_create(&sh->claimer, NULL, cache_shared_claimer, sh);
+		sh->claimer_on = rc == 0;
 	}
 	if (rc < 0) {
 		cache_shared_close(sh);
@@ -316,9 +337,12 @@ void cache_shared_close(struct cache_shared *sh)
 	sh->closing = true;
 	pthread_cond_broadcast(&sh->work);
 	pthread_cond_broadcast(&sh->room);
+	pthread_cond_broadcast(&sh->claims);
 	pthread_mutex_unlock(&sh->lock);
 	for (i = 0; i < sh->nwriters; i++)
 		pthread_join(sh->writers[i], NULL);
+	if (sh->claimer_on)
+		pthread_join(sh->claimer, NULL);
 	free_shared(sh);
 }
 
@@ -347,6 +371,7 @@ void cache_shared_get_stats(struct cache_shared *sh, struct cache_stats *out)
 	out->shared_put_drops = load(&sh->put_drops);
 	out->shared_leases = load(&sh->leases);
 	out->shared_put_waits = load(&sh->put_waits);
+	out->shared_early = load(&sh->early);
 	out->shared_corrupt = load(&sh->corrupt);
 	out->shared_errors = load(&sh->errors);
 	pthread_mutex_lock(&sh->lock);

@@ -60,6 +60,10 @@ struct shared_run {
 	uint64_t since_ns; /* when it was learned (ours: when our lease was written) */
 	uint64_t until_ns; /* it holds until then (CLOCK_MONOTONIC, mcfs_now_ns()) */
 	bool refreshing;   /* ours: one thread writes the lease again */
+	/* Claimed in the background (the claimer thread): this node seemed
+	 * alone, so its misses of the run go to the store meanwhile. */
+	bool early;
+	bool early_queued; /* early, and the claimer has not taken it yet */
 };
 
 struct cache_shared {
@@ -67,9 +71,10 @@ struct cache_shared {
 	const char *name; /* s3://bucket/prefix, for logs */
 	char store[128];  /* cache_store_dir_name() of the store */
 	uint64_t bs;
-	double wait_s;	  /* shared_wait */
-	double timeout_s; /* shared_timeout */
-	char node[96];	  /* this daemon in leases: host name and a random number */
+	double wait_s;	     /* shared_wait */
+	uint64_t run_blocks; /* shared_run in blocks, at least 1 */
+	double timeout_s;    /* shared_timeout */
+	char node[96];	     /* this daemon in leases: host name and a random number */
 	void (*done)(void *ctx, void *arg);
 	void *ctx;
 	struct health rd, wr;
@@ -92,10 +97,17 @@ struct cache_shared {
 	unsigned nwriters;
 	struct shared_run runs[SHARED_RUNS]; /* guarded by lock */
 	pthread_cond_t runs_changed;	     /* a run's claim was answered (lock) */
+	pthread_cond_t claims;		     /* an early claim was queued, or closing (lock) */
+	pthread_t claimer;		     /* asks the early claims (shared_read.c) */
+	bool claimer_on;
+	/* Whether this node may seem alone (shared_read.c: alone()): it has won
+	 * a claim, and when it last saw another node's recent lease (0: never). */
+	atomic_bool won;
+	atomic_uint_fast64_t others_ns;
 
 	/* The shared_* rows of cache/counters.h; relaxed. */
 	atomic_uint_fast64_t hits, misses, read_bytes, waits, wait_timeouts, puts, put_bytes,
-	    put_skips, put_drops, corrupt, errors, leases, put_waits;
+	    put_skips, put_drops, corrupt, errors, leases, put_waits, early;
 };
 
 static inline void shared_count(atomic_uint_fast64_t *c, uint64_t n)
@@ -134,6 +146,15 @@ int cache_shared_lease_key(const struct cache_shared *sh, const struct cache_sha
  * expires after shared_wait.
  */
 void cache_shared_give_back(struct cache_shared *sh, const char *lkey);
+/*
+ * The claimer thread: takes the early claims run_owner() queues (sh->claims),
+ * asks the service for each and records the answer; ends when closing.
+ */
+void *cache_shared_claimer(void *arg);
+/* What this node knows of run @lkey now, for the write of one of its missed
+ * blocks: RUN_OURS (held), RUN_CLAIMING (an early claim, not answered yet),
+ * or RUN_FREE (anything else). */
+enum run_state cache_shared_run_now(struct cache_shared *sh, const char *lkey);
 
 /* ---- health (shared_health.c) ------------------------------------------- */
 

@@ -16,7 +16,7 @@
  * a wrong byte); a lease whose node died costs the waiters shared_wait, once,
  * and expires after that long.
  *
- * One lease covers a run of blocks (RUN_BYTES of a file), not one block:
+ * One lease covers a run of blocks (shared_run, 256 MiB of a file), not one block:
  * taking a lease costs three small requests and a pause before the store
  * read can begin. Measured on one node with a 2 Gbit/s origin (2 CPUs, Swift
  * beside it, tests/bench/bench_shared.py, 4 GiB of 8 MiB blocks), a lease per
@@ -53,7 +53,6 @@
 #define POLL_MAX_MS 1000     /* polls double up to this */
 #define SETTLE_MIN_US 10000  /* a lease's pause before its read-back, at least */
 #define SETTLE_MAX_US 200000 /* and at most */
-#define RUN_BYTES (256ull << 20)
 
 /* Sets the latency estimates' first values (cache_shared_open()). */
 void cache_shared_lease_init(struct cache_shared *sh)
@@ -135,7 +134,7 @@ static enum cache_shared_got get_block(struct cache_shared *sh, enum ticket t, c
 int cache_shared_lease_key(const struct cache_shared *sh, const struct cache_shared_block *blk,
 			   char *out, size_t len)
 {
-	uint64_t run = MCFS_MAX(1, RUN_BYTES / sh->bs);
+	uint64_t run = sh->run_blocks;
 	struct cache_shared_block first = *blk;
 	size_t n;
 	int rc;
@@ -182,6 +181,8 @@ static int read_lease(struct cache_shared *sh, const char *lkey, bool *mine, boo
 		return 0;
 	*mine = strcmp(node, sh->node) == 0;
 	*held = ms + wait_ms > now && ms < now + wait_ms && strcmp(state, "released") != 0;
+	if (!*mine && ms + wait_ms > now && ms < now + wait_ms)
+		atomic_store(&sh->others_ns, mcfs_now_ns()); /* another node, lately */
 	return 0;
 }
 
@@ -250,8 +251,10 @@ static int ask_owner(struct cache_shared *sh, const char *lkey)
 	if (rc == 0 && held)
 		return mine;
 	rc = claim(sh, lkey);
-	if (rc == 1)
+	if (rc == 1) {
 		shared_count(&sh->leases, 1);
+		atomic_store(&sh->won, true);
+	}
 	return rc;
 }
 
@@ -313,11 +316,42 @@ static void refresh_run(struct cache_shared *sh, struct shared_run *r, const cha
 }
 
 /*
+ * Whether this node seems to load alone: it has won a claim, and saw no other
+ * node's recent lease for twice shared_wait. Such a node claims a new run in
+ * the background (the claimer thread) and fetches the run's blocks from the
+ * store meanwhile: the claim's requests and pause (a quarter of a second on
+ * a busy service) would otherwise hold the first block of every file. If
+ * another node claimed the run after all, what this node fetched before the
+ * answer is read from the store twice (and written once: a HEAD first); the
+ * lost claim shows the other node, and the next runs are claimed first again.
+ */
+static bool alone(struct cache_shared *sh, uint64_t now)
+{
+	uint64_t seen = atomic_load(&sh->others_ns);
+
+	return atomic_load(&sh->won) &&
+	       (seen == 0 || now - seen > (uint64_t)(2 * sh->wait_s * 1e9));
+}
+
+/* The answer @rc of run @r's claim, for the waiting threads (lock held). */
+static void settle_run(struct cache_shared *sh, struct shared_run *r, int rc)
+{
+	uint64_t now = mcfs_now_ns();
+
+	r->state = rc == 1 ? RUN_OURS : rc == 0 ? RUN_THEIRS : RUN_FREE;
+	r->early = r->early_queued = false;
+	r->since_ns = now;
+	r->until_ns = now + (uint64_t)(sh->wait_s * 1e9);
+	pthread_cond_broadcast(&sh->runs_changed);
+}
+
+/*
  * Who fetches run @lkey: 1 (this node), 0 (another), -errno (nobody can
- * tell, or this node gave it back: the store, unleased). What this node
- * knows answers at once; the first miss of a run asks the service while the
- * others wait for its answer. @look (a waiter's periodic look) asks again
- * about a run another node holds.
+ * tell, or this node gave it back: the store, unleased; -EAGAIN: this node
+ * claims it in the background, see alone()). What this node knows answers
+ * at once; the first miss of a run asks the service while the others wait
+ * for its answer. @look (a waiter's periodic look) asks again about a run
+ * another node holds.
  */
 static int run_owner(struct cache_shared *sh, const char *lkey, bool look)
 {
@@ -326,8 +360,14 @@ static int run_owner(struct cache_shared *sh, const char *lkey, bool look)
 	int rc;
 
 	pthread_mutex_lock(&sh->lock);
-	while ((r = find_run(sh, lkey)) && r->state == RUN_CLAIMING)
+	while ((r = find_run(sh, lkey)) && r->state == RUN_CLAIMING && !r->early)
 		pthread_cond_wait(&sh->runs_changed, &sh->lock);
+	if (r && r->state == RUN_CLAIMING) { /* early: the store meanwhile */
+		pthread_mutex_unlock(&sh->lock);
+		if (!look)
+			shared_count(&sh->early, 1);
+		return -EAGAIN;
+	}
 	now = mcfs_now_ns();
 	if (r && now < r->until_ns && !(look && r->state == RUN_THEIRS)) {
 		rc = r->state == RUN_OURS ? 1 : r->state == RUN_THEIRS ? 0 : -ENOTCONN;
@@ -338,21 +378,71 @@ static int run_owner(struct cache_shared *sh, const char *lkey, bool look)
 	}
 	if (!r)
 		r = new_run(sh, lkey, now);
-	if (r)
+	if (r) {
 		r->state = RUN_CLAIMING;
+		r->early = r->early_queued = !look && sh->claimer_on && alone(sh, now);
+	}
+	if (r && r->early) {
+		pthread_cond_signal(&sh->claims);
+		pthread_mutex_unlock(&sh->lock);
+		shared_count(&sh->early, 1);
+		return -EAGAIN;
+	}
 	pthread_mutex_unlock(&sh->lock);
 
 	rc = ask_owner(sh, lkey);
 	if (!r)
 		return rc; /* every slot is being claimed: not remembered */
 	pthread_mutex_lock(&sh->lock);
-	now = mcfs_now_ns();
-	r->state = rc == 1 ? RUN_OURS : rc == 0 ? RUN_THEIRS : RUN_FREE;
-	r->since_ns = now;
-	r->until_ns = now + wait_ns;
-	pthread_cond_broadcast(&sh->runs_changed);
+	settle_run(sh, r, rc);
 	pthread_mutex_unlock(&sh->lock);
 	return rc;
+}
+
+void *cache_shared_claimer(void *arg)
+{
+	struct cache_shared *sh = arg;
+	char lkey[SHARED_LEASE_KEY_MAX];
+	struct shared_run *r;
+	unsigned i;
+	int rc;
+
+	pthread_setname_np(pthread_self(), "mcfs-shclaim");
+	pthread_mutex_lock(&sh->lock);
+	for (;;) {
+		for (r = NULL, i = 0; !r && i < SHARED_RUNS; i++)
+			if (sh->runs[i].state == RUN_CLAIMING && sh->runs[i].early_queued)
+				r = &sh->runs[i];
+		if (!r && sh->closing)
+			break;
+		if (!r) {
+			pthread_cond_wait(&sh->claims, &sh->lock);
+			continue;
+		}
+		r->early_queued = false;
+		memcpy(lkey, r->key, sizeof(lkey));
+		pthread_mutex_unlock(&sh->lock);
+		rc = ask_owner(sh, lkey); /* a claiming slot is not given to another run */
+		pthread_mutex_lock(&sh->lock);
+		settle_run(sh, r, rc);
+	}
+	pthread_mutex_unlock(&sh->lock);
+	return NULL;
+}
+
+enum run_state cache_shared_run_now(struct cache_shared *sh, const char *lkey)
+{
+	enum run_state st = RUN_FREE;
+	struct shared_run *r;
+
+	pthread_mutex_lock(&sh->lock);
+	r = find_run(sh, lkey);
+	if (r && r->state == RUN_OURS && mcfs_now_ns() < r->until_ns)
+		st = RUN_OURS;
+	else if (r && r->state == RUN_CLAIMING && r->early)
+		st = RUN_CLAIMING;
+	pthread_mutex_unlock(&sh->lock);
+	return st;
 }
 
 /*

@@ -217,6 +217,10 @@ static const struct key keys[] = {
     {"shared_wait", KEY_DOUBLE, F(shared_wait), 0, 3600, NULL,
      "seconds, 0 to 3600; how long a node waits for a block another node is fetching "
      "from the store (0 = never: every node that misses fetches it)"},
+    {"shared_run", KEY_SIZE, F(shared_run), 1 * MiB, 64.0 * GiB, NULL,
+     "1M to 64G; the bytes of a file one lease covers (whole blocks, at least one): one node "
+     "fetches a run's blocks and the others wait for them; every node of a cluster should "
+     "use the same"},
     {"metrics", KEY_STR, F(metrics), 0, 0, check_hostport,
      "host:port for Prometheus metrics, e.g. 127.0.0.1:9464 (empty = off)"},
     {"log_level", KEY_LEVEL, F(log_level), 0, 0, NULL, "error, warning, info or debug"},
@@ -300,6 +304,7 @@ void cfg_init(struct cfg *c)
 	 * a second each on a LAN); short enough that a node that died holding
 	 * the lease costs a reader little. */
 	c->shared_wait = 10;
+	c->shared_run = 256 * MiB; /* a lease's requests and pause, per 32 blocks of 8 MiB */
 	c->log_level = MCFS_LOG_INFO;
 }
 

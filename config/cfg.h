@@ -93,6 +93,7 @@ struct cfg {
 	double shared_timeout;		   /* seconds the shared cache may show no progress */
 	unsigned shared_queue;		   /* blocks queued for PUT (each pins a RAM slot) */
 	double shared_wait;		   /* seconds to wait for another node's fetch; 0 = off */
+	uint64_t shared_run;		   /* bytes of a file one lease covers */
 
 	/* Operations. */
 	char metrics[128]; /* host:port for Prometheus text; empty = off */

@@ -491,10 +491,12 @@ static void test_shared_cache(void)
 	expect_bad("shared_queue", "0", "1 to 4096");
 	expect_ok("shared_wait", "0");
 	expect_bad("shared_wait", "-1", "0 to 3600");
+	expect_ok("shared_run", "4M");
+	expect_bad("shared_run", "512K", "1M to 64G");
 
 	cfg_init(&c);
 	CHECK(c.shared_timeout == 2 && c.shared_queue == 8 && c.shared_wait == 10 &&
-		  strcmp(c.shared_region, "us-east-1") == 0 &&
+		  c.shared_run == 256 * MiB && strcmp(c.shared_region, "us-east-1") == 0 &&
 		  strcmp(c.shared_addressing, "path") == 0 && c.shared_cache[0] == '\0',
 	      "shared_* defaults");
 	snprintf(c.shared_secret_key, sizeof(c.shared_secret_key), "s3cr3t");

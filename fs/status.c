@@ -67,8 +67,9 @@ static void print_shared(const struct cache_stats *cs)
 	       (unsigned long long)cs->shared_put_drops, (unsigned long long)cs->shared_queued,
 	       (unsigned long long)cs->shared_errors, (unsigned long long)cs->shared_corrupt);
 	printf("              %llu runs leased (fetched here for the cluster), %llu of their "
-	       "writes waited for room in the queue\n",
-	       (unsigned long long)cs->shared_leases, (unsigned long long)cs->shared_put_waits);
+	       "writes waited for room in the queue; %llu blocks fetched while claiming\n",
+	       (unsigned long long)cs->shared_leases, (unsigned long long)cs->shared_put_waits,
+	       (unsigned long long)cs->shared_early);
 }
 
 static void print_status(const char *mnt, const struct fs_stats *st)

@@ -304,6 +304,67 @@ def test_another_nodes_run_lease(swift, origin, tmp_path):
     assert len(blocks_in(swift, "run")) == n
 
 
+def load_two(mnt_url, path, opts, a_data, b_data):
+    """One daemon reads a.bin (one run), then b.bin (two runs); returns its
+    counters once every block is written."""
+    with mcfs_mount(mnt_url, path, opts=opts, env=ENV) as m:
+        assert read(m.p("a.bin")) == a_data
+        assert read(m.p("b.bin")) == b_data
+        written(m, nblocks(a_data) + nblocks(b_data))
+        # the background claims may answer after the last block is written
+        st = wait_for(lambda: (lambda s: s if s["shared_leases"] >= 3 else None)(m.stats()),
+                      timeout=30) or m.stats()
+        return st, m.log()
+
+
+def test_alone_claims_in_the_background(swift, origin, tmp_path):
+    """A node that has won a lease and seen no other node's lately takes its
+    next ones in the background, fetching the runs' blocks from the store
+    meanwhile (shared_early): each run's lease is still taken, once, and every
+    block still written, so that a second node reads them all from the
+    shared cache and none from the store."""
+    a_data, b_data = rc.data_for("alone-a", 4 * BLOCK), rc.data_for("alone-b", 8 * BLOCK)
+    (tmp_path / "src" / "a.bin").write_bytes(a_data)
+    (tmp_path / "src" / "b.bin").write_bytes(b_data)
+    opts = shared_opts(swift, "alone", ["shared_wait=30", "shared_run=4M"])
+    st, log = load_two(origin.url, str(tmp_path / "a"), opts, a_data, b_data)
+    # a.bin's lease was asked first (no run won yet); b.bin's two in the background
+    assert st["shared_leases"] == 3 and st["shared_early"] >= 2, (brief(st), log)
+    assert st["store_reads"] == 12 and st["shared_put_drops"] == 0, (brief(st), log)
+    assert len(leases_in(swift, "alone")) == 3
+    assert len(blocks_in(swift, "alone")) == 12
+    open(str(tmp_path / "access.log"), "w").close()
+    with mcfs_mount(origin.url, str(tmp_path / "b"), opts=opts, env=ENV) as b:
+        assert read(b.p("a.bin")) == a_data and read(b.p("b.bin")) == b_data
+        sb = b.stats()
+    assert sb["store_reads"] <= min(sb["shared_errors"], 1), brief(sb)
+    assert sb["shared_early"] == 0 and sb["shared_leases"] == 0, brief(sb)
+    assert len(origin_gets(str(tmp_path / "access.log"), "b.bin")) <= sb["store_reads"]
+
+
+def test_not_alone_claims_first(swift, origin, tmp_path):
+    """A node that saw another node's recent lease (here one given back on
+    a.bin's run: it takes that run over) asks for each next lease before it
+    fetches the run: no block is fetched early."""
+    a_data, b_data = rc.data_for("notalone-a", 4 * BLOCK), rc.data_for("notalone-b", 8 * BLOCK)
+    (tmp_path / "src" / "a.bin").write_bytes(a_data)
+    (tmp_path / "src" / "b.bin").write_bytes(b_data)
+    opts = shared_opts(swift, "notalone", ["shared_wait=30", "shared_run=4M"])
+    with mcfs_mount(origin.url, str(tmp_path / "a"), opts=opts, env=ENV) as a:
+        assert read(a.p("a.bin")) == a_data
+        written(a, 4)
+    (lkey,) = leases_in(swift, "notalone")
+    s3 = swift.s3()
+    for k in blocks_in(swift, "notalone"):
+        s3.delete_object(Bucket=SHARED, Key=k)
+    body = "othernode-0123456789abcdef %d released\n" % int(time.time() * 1000)
+    s3.put_object(Bucket=SHARED, Key=lkey, Body=body.encode())
+    st, log = load_two(origin.url, str(tmp_path / "c"), opts, a_data, b_data)
+    assert st["shared_leases"] == 3 and st["shared_early"] == 0, (brief(st), log)
+    assert st["store_reads"] == 12 and st["shared_waits"] == 0, (brief(st), log)
+    assert len(blocks_in(swift, "notalone")) == 12
+
+
 def state_lines(log):
     down = [ln for ln in log.splitlines() if re.search(r"shared cache .*: down \(", ln)]
     up = [ln for ln in log.splitlines() if re.search(r"shared cache .*: reads up again", ln)]
