@@ -414,6 +414,10 @@ void *cache_shared_claimer(void *arg)
 		for (r = NULL, i = 0; !r && i < SHARED_RUNS; i++)
 			if (sh->runs[i].state == RUN_CLAIMING && sh->runs[i].early_queued)
 				r = &sh->runs[i];
+		if (r && atomic_load(&sh->stopping)) { /* unmounting: nobody will read the run */
+			settle_run(sh, r, -ECANCELED);
+			continue;
+		}
 		if (!r && sh->closing)
 			break;
 		if (!r) {
