@@ -145,18 +145,18 @@ int cache_shared_put(struct cache_shared *sh, const struct cache_shared_block *b
 {
 	char key[CACHE_SHARED_KEY_MAX], lkey[SHARED_LEASE_KEY_MAX] = "";
 	bool owned = got == CACHE_SHARED_OWNED, early = false;
+	bool leased_miss = got == CACHE_SHARED_MISS && sh->wait_s > 0; /* its run may be ours */
 	struct put_job *j;
 
 	if (cache_shared_key(sh->store, sh->bs, blk, key, sizeof(key)) < 0 ||
-	    ((owned || got == CACHE_SHARED_MISS) &&
-	     cache_shared_lease_key(sh, blk, lkey, sizeof(lkey)) < 0)) {
+	    ((owned || leased_miss) && cache_shared_lease_key(sh, blk, lkey, sizeof(lkey)) < 0)) {
 		shared_count(&sh->put_drops, 1);
 		return -ENOTCONN;
 	}
 	/* fetched while this node claimed its run (early): written as the run's
 	 * lease says, once it is ours; until the claim's answer, as likely ours
 	 * (waits for room), but with a HEAD first */
-	if (got == CACHE_SHARED_MISS && sh->wait_s > 0) {
+	if (leased_miss) {
 		enum run_state st = cache_shared_run_now(sh, lkey);
 
 		owned = st == RUN_OURS;

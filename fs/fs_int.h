@@ -76,7 +76,8 @@ static inline void fs_order_before(atomic_uint *order)
 	atomic_fetch_add_explicit(order, 1, memory_order_release);
 }
 
-/* The handle of an open file's request, paired with fs_handle_done(). */
+/* The handle of an open file's request, paired with fs_handle_done() (but
+ * in release, which frees it). */
 static inline struct fs_handle *fs_handle_of(const struct fuse_file_info *fi)
 {
 	struct fs_handle *h = (struct fs_handle *)(uintptr_t)fi->fh;
