@@ -284,9 +284,10 @@ def test_another_nodes_run_lease(swift, origin, tmp_path):
         log = b.log()
     assert got["data"] == data
     # No block from the store but for a request the service failed (on the
-    # 2-CPU CI runner Swift has answered a GET more than shared_timeout late:
-    # that one read goes to the store), and this node never takes the run.
-    assert st["store_reads"] <= min(st["shared_errors"], 1), (st, log)
+    # 2-CPU CI runner, under TSan, Swift has answered one or two GETs more than
+    # shared_timeout late: each such read goes to the store), and this node
+    # never takes the run; the other blocks are waited for.
+    assert st["store_reads"] <= st["shared_errors"], (st, log)
     assert st["shared_hits"] == n - st["store_reads"] and st["shared_waits"] >= 1, (st, log)
     assert st["shared_leases"] == 0 and st["shared_wait_timeouts"] == 0, (st, log)
     assert len(origin_gets(str(tmp_path / "access.log"), "model.bin")) == st["store_reads"]
@@ -341,7 +342,8 @@ def test_alone_claims_in_the_background(swift, origin, tmp_path):
     with mcfs_mount(origin.url, str(tmp_path / "b"), opts=opts, env=ENV) as b:
         assert read(b.p("a.bin")) == a_data and read(b.p("b.bin")) == b_data
         sb = b.stats()
-    assert sb["store_reads"] <= min(sb["shared_errors"], 1), brief(sb)
+    assert sb["store_reads"] <= sb["shared_errors"], brief(sb)
+    assert sb["shared_hits"] == 12 - sb["store_reads"], brief(sb)
     assert sb["shared_early"] == 0 and sb["shared_leases"] == 0, brief(sb)
     assert len(origin_gets(str(tmp_path / "access.log"), "b.bin")) <= sb["store_reads"]
 
