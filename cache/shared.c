@@ -156,6 +156,7 @@ int cache_shared_put(struct cache_shared *sh, const struct cache_shared_block *b
 	/* fetched while this node claimed its run (early): written as the run's
 	 * lease says, once it is ours; until the claim's answer, as likely ours
 	 * (waits for room), but with a HEAD first */
+	pthread_mutex_lock(&sh->lock);
 	if (leased_miss) {
 		enum run_state st = cache_shared_run_now(sh, lkey);
 
@@ -168,12 +169,12 @@ int cache_shared_put(struct cache_shared *sh, const struct cache_shared_block *b
 		lkey[0] = '\0';
 	if (atomic_load(&sh->rd.state) != H_UP || (atomic_load(&sh->wr.state) == H_DOWN &&
 						   mcfs_now_ns() < atomic_load(&sh->wr.retry_ns))) {
+		pthread_mutex_unlock(&sh->lock);
 		shared_count(&sh->put_drops, 1);
 		if (owned)
 			cache_shared_give_back(sh, lkey);
 		return -ENOTCONN;
 	}
-	pthread_mutex_lock(&sh->lock);
 	if ((owned || early) && sh->qn == sh->qmax) {
 		shared_count(&sh->put_waits, 1);
 		wait_for_room(sh);

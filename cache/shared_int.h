@@ -153,7 +153,7 @@ void cache_shared_give_back(struct cache_shared *sh, const char *lkey);
 void *cache_shared_claimer(void *arg);
 /* What this node knows of run @lkey now, for the write of one of its missed
  * blocks: RUN_OURS (held), RUN_CLAIMING (an early claim, not answered yet),
- * or RUN_FREE (anything else). */
+ * or RUN_FREE (anything else). Called with sh->lock held. */
 enum run_state cache_shared_run_now(struct cache_shared *sh, const char *lkey);
 
 /* ---- health (shared_health.c) ------------------------------------------- */

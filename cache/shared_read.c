@@ -162,6 +162,7 @@ static int read_lease(struct cache_shared *sh, const char *lkey, bool *mine, boo
 	struct remote_blob_res res;
 	enum ticket t = cache_shared_begin(&sh->rd);
 	size_t n;
+	bool fresh;
 	int rc;
 
 	*mine = *held = false;
@@ -181,8 +182,9 @@ static int read_lease(struct cache_shared *sh, const char *lkey, bool *mine, boo
 	if (sscanf(body, "%95s %llu %15s", node, &ms, state) < 2)
 		return 0;
 	*mine = strcmp(node, sh->node) == 0;
-	*held = ms + wait_ms > now && ms < now + wait_ms && strcmp(state, "released") != 0;
-	if (!*mine && ms + wait_ms > now && ms < now + wait_ms)
+	fresh = ms + wait_ms > now && ms < now + wait_ms; /* written within shared_wait */
+	*held = fresh && strcmp(state, "released") != 0;
+	if (!*mine && fresh)
 		atomic_store(&sh->others_ns, mcfs_now_ns()); /* another node, lately */
 	return 0;
 }
@@ -261,6 +263,13 @@ static int ask_owner(struct cache_shared *sh, const char *lkey)
 
 /* ---- what this node knows of its runs (sh->runs, guarded by sh->lock) ---- */
 
+/* Run @r's state as of @now, good for shared_wait (lock held). */
+static void stamp_run(struct cache_shared *sh, struct shared_run *r, uint64_t now)
+{
+	r->since_ns = now;
+	r->until_ns = now + (uint64_t)(sh->wait_s * 1e9);
+}
+
 static struct shared_run *find_run(struct cache_shared *sh, const char *lkey)
 {
 	unsigned i;
@@ -309,10 +318,8 @@ static void refresh_run(struct cache_shared *sh, struct shared_run *r, const cha
 	r = find_run(sh, lkey); /* the slot may have gone to another run meanwhile */
 	if (r && r->state == RUN_OURS) {
 		r->refreshing = false;
-		if (now) {
-			r->since_ns = now;
-			r->until_ns = now + (uint64_t)(sh->wait_s * 1e9);
-		}
+		if (now)
+			stamp_run(sh, r, now);
 	}
 }
 
@@ -337,12 +344,9 @@ static bool alone(struct cache_shared *sh, uint64_t now)
 /* The answer @rc of run @r's claim, for the waiting threads (lock held). */
 static void settle_run(struct cache_shared *sh, struct shared_run *r, int rc)
 {
-	uint64_t now = mcfs_now_ns();
-
 	r->state = rc == 1 ? RUN_OURS : rc == 0 ? RUN_THEIRS : RUN_FREE;
 	r->early = r->early_queued = false;
-	r->since_ns = now;
-	r->until_ns = now + (uint64_t)(sh->wait_s * 1e9);
+	stamp_run(sh, r, mcfs_now_ns());
 	pthread_cond_broadcast(&sh->runs_changed);
 }
 
@@ -437,17 +441,13 @@ void *cache_shared_claimer(void *arg)
 
 enum run_state cache_shared_run_now(struct cache_shared *sh, const char *lkey)
 {
-	enum run_state st = RUN_FREE;
-	struct shared_run *r;
+	struct shared_run *r = find_run(sh, lkey);
 
-	pthread_mutex_lock(&sh->lock);
-	r = find_run(sh, lkey);
 	if (r && r->state == RUN_OURS && mcfs_now_ns() < r->until_ns)
-		st = RUN_OURS;
-	else if (r && r->state == RUN_CLAIMING && r->early)
-		st = RUN_CLAIMING;
-	pthread_mutex_unlock(&sh->lock);
-	return st;
+		return RUN_OURS;
+	if (r && r->state == RUN_CLAIMING && r->early)
+		return RUN_CLAIMING;
+	return RUN_FREE;
 }
 
 /*
@@ -552,8 +552,7 @@ void cache_shared_give_back(struct cache_shared *sh, const char *lkey)
 		sent = true; /* once per run */
 	else if (r && r->state != RUN_CLAIMING) {
 		r->state = RUN_GIVEN;
-		r->since_ns = mcfs_now_ns();
-		r->until_ns = r->since_ns + (uint64_t)(sh->wait_s * 1e9);
+		stamp_run(sh, r, mcfs_now_ns());
 	}
 	pthread_mutex_unlock(&sh->lock);
 	if (sent || atomic_load(&sh->rd.state) != H_UP)
