@@ -208,6 +208,9 @@ enum cache_counter_type {
 	X(CACHE, shared_early, "shared_early", COUNTER, "shared_early_total", NULL,                \
 	  "Misses fetched from the store while this node, seeming alone, claimed their run in "  \
 	  "the background.")                                                                      \
+	X(CACHE, shared_unasked, "shared_unasked", COUNTER, "shared_unasked_total", NULL,          \
+	  "Misses of a run this node holds, untouched by others, fetched from the store without "  \
+	  "asking the shared cache (counted in shared_misses too).")                               \
 	X(CACHE, shared_put_waits, "shared_put_waits", COUNTER, "shared_put_waits_total", NULL,    \
 	  "Writes of leased blocks that waited for room in the full write queue (the fetch "       \
 	  "thread waits, up to shared_wait).")                                                      \

@@ -373,6 +373,7 @@ void cache_shared_get_stats(struct cache_shared *sh, struct cache_stats *out)
 	out->shared_leases = load(&sh->leases);
 	out->shared_put_waits = load(&sh->put_waits);
 	out->shared_early = load(&sh->early);
+	out->shared_unasked = load(&sh->unasked);
 	out->shared_corrupt = load(&sh->corrupt);
 	out->shared_errors = load(&sh->errors);
 	pthread_mutex_lock(&sh->lock);

@@ -64,6 +64,10 @@ struct shared_run {
 	 * alone, so its misses of the run go to the store meanwhile. */
 	bool early;
 	bool early_queued; /* early, and the claimer has not taken it yet */
+	/* Ours, and its lease did not exist when we claimed it: no other node
+	 * fetched any of its blocks (unasked(), shared_read.c). */
+	bool untouched;
+	uint64_t next; /* its blocks from this index on: not fetched by this node yet */
 };
 
 struct cache_shared {
@@ -107,7 +111,7 @@ struct cache_shared {
 
 	/* The shared_* rows of cache/counters.h; relaxed. */
 	atomic_uint_fast64_t hits, misses, read_bytes, waits, wait_timeouts, puts, put_bytes,
-	    put_skips, put_drops, corrupt, errors, leases, put_waits, early;
+	    put_skips, put_drops, corrupt, errors, leases, put_waits, early, unasked;
 };
 
 static inline void shared_count(atomic_uint_fast64_t *c, uint64_t n)

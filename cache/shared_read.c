@@ -243,12 +243,16 @@ static int claim(struct cache_shared *sh, const char *lkey)
 	return mine || !held;
 }
 
-/* Asks the service who holds run @lkey, claiming it if nobody: 1 (this node), 0, -errno. */
-static int ask_owner(struct cache_shared *sh, const char *lkey)
+/*
+ * Asks the service who holds run @lkey, claiming it if nobody: 1 (this node),
+ * 0, -errno. *@untouched: it had no lease before our claim.
+ */
+static int ask_owner(struct cache_shared *sh, const char *lkey, bool *untouched)
 {
 	bool mine, held;
 	int rc = read_lease(sh, lkey, &mine, &held);
 
+	*untouched = rc == -ENOENT;
 	if (rc < 0 && rc != -ENOENT)
 		return rc;
 	if (rc == 0 && held)
@@ -297,7 +301,8 @@ static struct shared_run *new_run(struct cache_shared *sh, const char *lkey, uin
 	}
 	if (pick) {
 		snprintf(pick->key, sizeof(pick->key), "%s", lkey);
-		pick->refreshing = false;
+		pick->refreshing = pick->untouched = false;
+		pick->next = 0;
 	}
 	return pick;
 }
@@ -342,9 +347,10 @@ static bool alone(struct cache_shared *sh, uint64_t now)
 }
 
 /* The answer @rc of run @r's claim, for the waiting threads (lock held). */
-static void settle_run(struct cache_shared *sh, struct shared_run *r, int rc)
+static void settle_run(struct cache_shared *sh, struct shared_run *r, int rc, bool untouched)
 {
 	r->state = rc == 1 ? RUN_OURS : rc == 0 ? RUN_THEIRS : RUN_FREE;
+	r->untouched = rc == 1 && untouched;
 	r->early = r->early_queued = false;
 	stamp_run(sh, r, mcfs_now_ns());
 	pthread_cond_broadcast(&sh->runs_changed);
@@ -362,6 +368,7 @@ static int run_owner(struct cache_shared *sh, const char *lkey, bool look)
 {
 	uint64_t now, wait_ns = (uint64_t)(sh->wait_s * 1e9);
 	struct shared_run *r;
+	bool untouched;
 	int rc;
 
 	pthread_mutex_lock(&sh->lock);
@@ -395,11 +402,11 @@ static int run_owner(struct cache_shared *sh, const char *lkey, bool look)
 	}
 	pthread_mutex_unlock(&sh->lock);
 
-	rc = ask_owner(sh, lkey);
+	rc = ask_owner(sh, lkey, &untouched);
 	if (!r)
 		return rc; /* every slot is being claimed: not remembered */
 	pthread_mutex_lock(&sh->lock);
-	settle_run(sh, r, rc);
+	settle_run(sh, r, rc, untouched);
 	pthread_mutex_unlock(&sh->lock);
 	return rc;
 }
@@ -409,6 +416,7 @@ void *cache_shared_claimer(void *arg)
 	struct cache_shared *sh = arg;
 	char lkey[SHARED_LEASE_KEY_MAX];
 	struct shared_run *r;
+	bool untouched;
 	unsigned i;
 	int rc;
 
@@ -419,7 +427,7 @@ void *cache_shared_claimer(void *arg)
 			if (sh->runs[i].state == RUN_CLAIMING && sh->runs[i].early_queued)
 				r = &sh->runs[i];
 		if (r && atomic_load(&sh->stopping)) { /* unmounting: nobody will read the run */
-			settle_run(sh, r, -ECANCELED);
+			settle_run(sh, r, -ECANCELED, false);
 			continue;
 		}
 		if (!r && sh->closing)
@@ -431,9 +439,10 @@ void *cache_shared_claimer(void *arg)
 		r->early_queued = false;
 		memcpy(lkey, r->key, sizeof(lkey));
 		pthread_mutex_unlock(&sh->lock);
-		rc = ask_owner(sh, lkey); /* a claiming slot is not given to another run */
+		rc = ask_owner(sh, lkey,
+			       &untouched); /* a claiming slot is not given to another run */
 		pthread_mutex_lock(&sh->lock);
-		settle_run(sh, r, rc);
+		settle_run(sh, r, rc, untouched);
 	}
 	pthread_mutex_unlock(&sh->lock);
 	return NULL;
@@ -501,16 +510,60 @@ static enum cache_shared_got await_block(struct cache_shared *sh, const char *ke
 	}
 }
 
-/* After a miss of @blk (@key): OWNED, HIT (waited for), MISS, BAD, FAILED or SKIP. */
-static enum cache_shared_got take_lease(struct cache_shared *sh, const char *key,
+/*
+ * Does block @index of run @lkey go to the store without asking the shared
+ * cache? Yes when this node holds the run (or claims it in the background),
+ * no other node held it before (untouched: so nobody wrote its blocks), and
+ * this node has not fetched the block yet (past the run's frontier, which it
+ * moves): the GET could only miss. A block this node fetched before (read
+ * again once the RAM tier let it go) is asked for, since this node wrote it.
+ * Measured (tests/bench/bench_shared.py, one node, shaped origin): each
+ * run's GETs, answered late by a Swift busy with the writes, held the first
+ * blocks of every file while the origin link idled. Keeps the lease fresh,
+ * as run_owner() does for the blocks that ask.
+ */
+static bool unasked(struct cache_shared *sh, const char *lkey, uint64_t index)
+{
+	uint64_t now = mcfs_now_ns();
+	struct shared_run *r;
+	bool skip;
+
+	pthread_mutex_lock(&sh->lock);
+	r = find_run(sh, lkey);
+	skip = r && index >= r->next &&
+	       ((r->state == RUN_OURS && r->untouched && now < r->until_ns) ||
+		(r->state == RUN_CLAIMING && r->early));
+	if (skip) {
+		r->next = index + 1;
+		if (r->state == RUN_OURS && !r->refreshing &&
+		    now - r->since_ns >= (uint64_t)(sh->wait_s * 1e9) / 2)
+			refresh_run(sh, r, lkey);
+	}
+	pthread_mutex_unlock(&sh->lock);
+	return skip;
+}
+
+/* This node fetches block @index of run @lkey from the store: moves the run's frontier. */
+static void fetching(struct cache_shared *sh, const char *lkey, uint64_t index)
+{
+	struct shared_run *r;
+
+	pthread_mutex_lock(&sh->lock);
+	r = find_run(sh, lkey);
+	if (r && index >= r->next)
+		r->next = index + 1;
+	pthread_mutex_unlock(&sh->lock);
+}
+
+/* After a miss of @blk (@key, its run @lkey): OWNED, HIT (waited for), MISS, BAD, FAILED or SKIP.
+ */
+static enum cache_shared_got take_lease(struct cache_shared *sh, const char *key, const char *lkey,
 					const struct cache_shared_block *blk, void *buf)
 {
-	char lkey[SHARED_LEASE_KEY_MAX];
-	int rc;
+	int rc = run_owner(sh, lkey, false);
 
-	if (cache_shared_lease_key(sh, blk, lkey, sizeof(lkey)) < 0)
-		return CACHE_SHARED_MISS;
-	rc = run_owner(sh, lkey, false);
+	if (rc == 1 || rc == -EAGAIN)
+		fetching(sh, lkey, blk->index);
 	if (rc < 0)
 		return CACHE_SHARED_MISS;
 	return rc == 1 ? CACHE_SHARED_OWNED : await_block(sh, key, lkey, blk, buf);
@@ -519,18 +572,26 @@ static enum cache_shared_got take_lease(struct cache_shared *sh, const char *key
 enum cache_shared_got cache_shared_get(struct cache_shared *sh,
 				       const struct cache_shared_block *blk, void *buf)
 {
-	char key[CACHE_SHARED_KEY_MAX];
+	char key[CACHE_SHARED_KEY_MAX], lkey[SHARED_LEASE_KEY_MAX];
+	bool leased = sh->wait_s > 0;
 	enum cache_shared_got got;
 	enum ticket t;
 
 	if (cache_shared_key(sh->store, sh->bs, blk, key, sizeof(key)) < 0)
 		return CACHE_SHARED_SKIP;
+	if (leased && cache_shared_lease_key(sh, blk, lkey, sizeof(lkey)) < 0)
+		leased = false;
+	if (leased && atomic_load(&sh->rd.state) == H_UP && unasked(sh, lkey, blk->index)) {
+		shared_count(&sh->unasked, 1);
+		shared_count(&sh->misses, 1);
+		return CACHE_SHARED_MISS;
+	}
 	t = cache_shared_begin(&sh->rd);
 	if (t == T_NONE)
 		return CACHE_SHARED_SKIP;
 	got = get_block(sh, t, key, blk, buf);
-	if (got == CACHE_SHARED_MISS && sh->wait_s > 0)
-		got = take_lease(sh, key, blk, buf);
+	if (got == CACHE_SHARED_MISS && leased)
+		got = take_lease(sh, key, lkey, blk, buf);
 	if (got == CACHE_SHARED_HIT)
 		shared_count(&sh->hits, 1);
 	else if (got != CACHE_SHARED_SKIP && got != CACHE_SHARED_FAILED)

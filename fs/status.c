@@ -67,9 +67,10 @@ static void print_shared(const struct cache_stats *cs)
 	       (unsigned long long)cs->shared_put_drops, (unsigned long long)cs->shared_queued,
 	       (unsigned long long)cs->shared_errors, (unsigned long long)cs->shared_corrupt);
 	printf("              %llu runs leased (fetched here for the cluster), %llu of their "
-	       "writes waited for room in the queue; %llu blocks fetched while claiming\n",
+	       "writes waited for room in the queue; %llu blocks fetched while claiming, "
+	       "%llu without asking (runs held here)\n",
 	       (unsigned long long)cs->shared_leases, (unsigned long long)cs->shared_put_waits,
-	       (unsigned long long)cs->shared_early);
+	       (unsigned long long)cs->shared_early, (unsigned long long)cs->shared_unasked);
 }
 
 static void print_status(const char *mnt, const struct fs_stats *st)

@@ -376,6 +376,37 @@ def test_not_alone_claims_first(swift, origin, tmp_path):
         assert len(blocks_in(swift, "notalone")) == 12
 
 
+def test_held_run_is_not_asked_for(swift, origin, tmp_path):
+    """A run this node holds, whose lease did not exist before (no node fetched
+    any of it): its blocks after the first go to the store without a GET to
+    the shared cache, which could only miss. Read again once the RAM tier let
+    them go, still within the lease, they are asked for (this node wrote them)
+    and come from the shared cache, none from the store."""
+    data = rc.data_for("unasked", 6 * BLOCK)
+    (tmp_path / "src" / "model.bin").write_bytes(data)
+    n = nblocks(data)
+    # a block at a time (the least readahead), so that the blocks come after the claim
+    opts = shared_opts(swift, "unasked", ["shared_wait=60", "readahead_max=1M",
+                                          "read_ahead_kb=128"])
+    with mcfs_mount(origin.url, str(tmp_path / "a"), opts=opts, env=ENV) as m:
+        assert read(m.p("model.bin")) == data
+        st = written(m, n)
+        log = m.log()
+        assert st["store_reads"] == n and st["shared_misses"] == n, (brief(st), log)
+        # block 0 asked and claimed the run; one more may have asked while it claimed
+        assert n - 2 <= st["shared_unasked"] <= n - 1, (brief(st), log)
+        assert st["shared_leases"] == 1 and st["shared_puts"] == n, (brief(st), log)
+        run_mcfs("evict", m.p("model.bin"))
+        assert read(m.p("model.bin")) == data
+        st2 = m.stats()
+        log = m.log()
+    # none from the store but for a shared request that failed (see test_another_nodes_run_lease)
+    again = st2["store_reads"] - n
+    assert again <= st2["shared_errors"] - st["shared_errors"], (brief(st2), log)
+    assert st2["shared_hits"] == n - again, (brief(st2), log)
+    assert st2["shared_unasked"] == st["shared_unasked"], (brief(st2), log)
+
+
 def state_lines(log):
     down = [ln for ln in log.splitlines() if re.search(r"shared cache .*: down \(", ln)]
     up = [ln for ln in log.splitlines() if re.search(r"shared cache .*: reads up again", ln)]
