@@ -439,8 +439,8 @@ void *cache_shared_claimer(void *arg)
 		r->early_queued = false;
 		memcpy(lkey, r->key, sizeof(lkey));
 		pthread_mutex_unlock(&sh->lock);
-		rc = ask_owner(sh, lkey,
-			       &untouched); /* a claiming slot is not given to another run */
+		/* a claiming slot is not given to another run */
+		rc = ask_owner(sh, lkey, &untouched);
 		pthread_mutex_lock(&sh->lock);
 		settle_run(sh, r, rc, untouched);
 	}
