@@ -54,6 +54,14 @@
 
 /* ---- writes ------------------------------------------------------------- */
 
+/* Job @j is not written: counted, and its run given back if ours. */
+static void drop(struct cache_shared *sh, const struct put_job *j)
+{
+	shared_count(&sh->put_drops, 1);
+	if (j->owned)
+		cache_shared_give_back(sh, j->lkey);
+}
+
 static void write_one(struct cache_shared *sh, const struct put_job *j)
 {
 	unsigned char tr[CACHE_SHARED_TRAILER];
@@ -64,9 +72,7 @@ static void write_one(struct cache_shared *sh, const struct put_job *j)
 
 	t = atomic_load(&sh->rd.state) == H_UP ? cache_shared_begin(&sh->wr) : T_NONE;
 	if (t == T_NONE) {
-		shared_count(&sh->put_drops, 1);
-		if (j->owned)
-			cache_shared_give_back(sh, j->lkey);
+		drop(sh, j);
 		return;
 	}
 	if (j->check) {
@@ -84,11 +90,21 @@ static void write_one(struct cache_shared *sh, const struct put_job *j)
 	}
 	cache_shared_trailer(j->key, j->data, j->len, tr);
 	rc = remote_blob_put(sh->blob, j->key, j->data, j->len, tr, sizeof(tr), &res);
-	if (rc < 0) {
-		shared_count(&sh->put_drops, 1);
+	if (rc < 0 && t == T_NORMAL && (res.busy || res.quiet)) {
+		/* Cut by a busy service (shared_health.c), seen in CI: a PUT of a
+		 * loaded Swift silent for shared_timeout. Counted, and sent once
+		 * more while the tier stays up: dropping it would send the next
+		 * node, or this run's waiters, to the store for the block. */
 		cache_shared_write_failed(sh, t, rc, "PUT", j->key, &res);
-		if (j->owned)
-			cache_shared_give_back(sh, j->lkey);
+		if (atomic_load(&sh->rd.state) != H_UP || atomic_load(&sh->stopping)) {
+			drop(sh, j);
+			return;
+		}
+		rc = remote_blob_put(sh->blob, j->key, j->data, j->len, tr, sizeof(tr), &res);
+	}
+	if (rc < 0) {
+		cache_shared_write_failed(sh, t, rc, "PUT", j->key, &res);
+		drop(sh, j);
 		return;
 	}
 	shared_count(&sh->puts, 1);
