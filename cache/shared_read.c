@@ -308,13 +308,14 @@ static struct shared_run *new_run(struct cache_shared *sh, const char *lkey, uin
 }
 
 /*
- * Our lease of a run is half as old as shared_wait: written again, so that
- * its last blocks stay ours (lock held on entry and on return).
+ * Our lease of run @r (@lkey), if half as old as shared_wait at @now: written
+ * again, so that its last blocks stay ours (lock held on entry and on return).
  */
-static void refresh_run(struct cache_shared *sh, struct shared_run *r, const char *lkey)
+static void refresh_run(struct cache_shared *sh, struct shared_run *r, const char *lkey,
+			uint64_t now)
 {
-	uint64_t now = mcfs_now_ns();
-
+	if (r->refreshing || now - r->since_ns < (uint64_t)(sh->wait_s * 1e9) / 2)
+		return;
 	r->refreshing = true;
 	pthread_mutex_unlock(&sh->lock);
 	if (write_lease(sh, lkey) < 0)
@@ -366,7 +367,7 @@ static void settle_run(struct cache_shared *sh, struct shared_run *r, int rc, bo
  */
 static int run_owner(struct cache_shared *sh, const char *lkey, bool look)
 {
-	uint64_t now, wait_ns = (uint64_t)(sh->wait_s * 1e9);
+	uint64_t now;
 	struct shared_run *r;
 	bool untouched;
 	int rc;
@@ -383,8 +384,8 @@ static int run_owner(struct cache_shared *sh, const char *lkey, bool look)
 	now = mcfs_now_ns();
 	if (r && now < r->until_ns && !(look && r->state == RUN_THEIRS)) {
 		rc = r->state == RUN_OURS ? 1 : r->state == RUN_THEIRS ? 0 : -ENOTCONN;
-		if (rc == 1 && !r->refreshing && now - r->since_ns >= wait_ns / 2)
-			refresh_run(sh, r, lkey);
+		if (rc == 1)
+			refresh_run(sh, r, lkey, now);
 		pthread_mutex_unlock(&sh->lock);
 		return rc;
 	}
@@ -535,9 +536,8 @@ static bool unasked(struct cache_shared *sh, const char *lkey, uint64_t index)
 		(r->state == RUN_CLAIMING && r->early));
 	if (skip) {
 		r->next = index + 1;
-		if (r->state == RUN_OURS && !r->refreshing &&
-		    now - r->since_ns >= (uint64_t)(sh->wait_s * 1e9) / 2)
-			refresh_run(sh, r, lkey);
+		if (r->state == RUN_OURS)
+			refresh_run(sh, r, lkey, now);
 	}
 	pthread_mutex_unlock(&sh->lock);
 	return skip;
@@ -555,7 +555,9 @@ static void fetching(struct cache_shared *sh, const char *lkey, uint64_t index)
 	pthread_mutex_unlock(&sh->lock);
 }
 
-/* After a miss of @blk (@key, its run @lkey): OWNED, HIT (waited for), MISS, BAD, FAILED or SKIP.
+/*
+ * After a miss of @blk (@key, its run @lkey): OWNED, HIT (waited for), MISS,
+ * BAD, FAILED or SKIP.
  */
 static enum cache_shared_got take_lease(struct cache_shared *sh, const char *key, const char *lkey,
 					const struct cache_shared_block *blk, void *buf)
