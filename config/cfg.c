@@ -54,6 +54,11 @@ static int check_symlinks(const char *v)
 		   : -EINVAL;
 }
 
+static int check_unversioned(const char *v)
+{
+	return strcmp(v, "refuse") == 0 || strcmp(v, "trust") == 0 ? 0 : -EINVAL;
+}
+
 static int check_open_check(const char *v)
 {
 	return strcmp(v, "always") == 0 || strcmp(v, "ttl") == 0 ? 0 : -EINVAL;
@@ -177,6 +182,10 @@ static const struct key keys[] = {
     {"retries", KEY_UINT, F(retries), 0, 100, NULL, "0 to 100; retries of a failed fetch"},
     {"manifest", KEY_STR, F(manifest), 0, 0, NULL,
      "a file name; the JSON listing at an http store's base"},
+    {"unversioned", KEY_STR, F(unversioned), 0, 0, check_unversioned,
+     "refuse or trust; an http store's file that comes with neither ETag nor Last-Modified "
+     "(refuse: its reads fail, since a replacement of the same size could mix versions; "
+     "trust: read it, for a store whose files never change in place)"},
     {"symlinks", KEY_STR, F(symlinks), 0, 0, check_symlinks,
      "contained, any or none; which store symlinks are shown (contained: those whose "
      "target stays inside the store)"},
@@ -292,6 +301,7 @@ void cfg_init(struct cfg *c)
 	c->retries = 5;
 	snprintf(c->manifest, sizeof(c->manifest), ".mcfs-manifest.json");
 	snprintf(c->symlinks, sizeof(c->symlinks), "contained");	 /* issue 16 */
+	snprintf(c->unversioned, sizeof(c->unversioned), "refuse");	 /* issue 22 */
 	snprintf(c->cache_dir, sizeof(c->cache_dir), "/var/cache/mcfs"); /* issue 5 */
 	snprintf(c->disk_cache, sizeof(c->disk_cache), "50%%");
 	snprintf(c->shared_region, sizeof(c->shared_region), "us-east-1"); /* issue 15 */

@@ -73,6 +73,7 @@ struct cfg {
 	double stall_timeout;	    /* seconds without a byte, once an answer began; 0 = off */
 	unsigned retries;	    /* attempts after the first, on retryable errors */
 	char manifest[256];	    /* http: manifest file name at the base URL */
+	char unversioned[8];	    /* http: "refuse" or "trust" a file with no validator */
 	char symlinks[16];	    /* "contained", "any" or "none": store symlinks shown */
 
 	/* Disk tier and persistent metadata (cache/disk, cache/meta). */

@@ -8,7 +8,9 @@
  *    `autoindex_format json` page of each directory (<base>/<dir>/).
  *  - stat of a file is a HEAD, always: its ETag (as sent, quotes kept) or,
  *    without one, its Last-Modified is the version that reads carry, so a
- *    reopen after the file was replaced sees the new version. An open's
+ *    reopen after the file was replaced sees the new version; a version is
+ *    taken only once settled (unsettled_ns()), and a file with neither is
+ *    not read unless cfg->unversioned says "trust". An open's
  *    confirmation (stat_file) is that HEAD alone, with no manifest refresh.
  *    Directories and symlinks come from the manifest, or (autoindex) from the
  *    redirect that nginx answers for a directory named without its trailing
@@ -28,10 +30,12 @@
 
 #include <errno.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 
 #define MANIFEST_BODY_MAX (256u << 20) /* ~1.5 M entries */
 #define LISTING_BODY_MAX (64u << 20)
@@ -44,7 +48,8 @@ struct http {
 	struct remote_manifest *man; /* NULL: no manifest, autoindex listings */
 	char man_etag[REMOTE_ETAG_MAX];
 	unsigned long long man_loaded_ns;
-	bool refreshing; /* guarded by lock (write): one refresh at a time */
+	bool refreshing;	      /* guarded by lock (write): one refresh at a time */
+	atomic_bool said_unversioned; /* the unversioned refusal was logged */
 };
 
 /* URL of a path: base + '/' + encoded path (+ '/' for a directory). */
@@ -192,35 +197,95 @@ static void maybe_refresh(struct remote *r, struct http *h)
 	remote_manifest_free(old);
 }
 
-/* HEAD of a file. Fills size, mtime and version; 0, -ENOENT, -EIO... */
+/*
+ * Last-Modified, and nginx's ETag (made of it and the size), count whole
+ * seconds: a rewrite within the second a version names keeps its validators,
+ * and reads of the old and the new bytes would pass If-Match alike. So a
+ * version is trusted only once the server's clock (its Date; ours if it sends
+ * none) is SETTLE_S past its Last-Modified: any later rewrite then names a
+ * later second. 2 s, not 1, because a server may stamp Date after it looked at
+ * the file. Until then the HEAD is asked again, up to SETTLE_TRIES times (a
+ * file still being written after that is refused, -EAGAIN, not guessed at).
+ */
+#define SETTLE_S 2
+#define SETTLE_TRIES 5
+
+/* How long until @resp's Last-Modified is settled, in ns; 0 if it is. */
+static int64_t unsettled_ns(const struct remote_resp *resp)
+{
+	const int64_t settle = (int64_t)SETTLE_S * 1000000000;
+	struct timespec ts;
+	int64_t now, age;
+
+	clock_gettime(CLOCK_REALTIME, &ts);
+	now = resp->date_ns ? resp->date_ns : (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+	age = now - resp->mtime_ns;
+
+	if (!resp->mtime_ns)
+		return 0;
+	/* a Last-Modified far in the future is no write in progress: waiting
+	 * would never end, and a rewrite keeping it is as likely as any */
+	if (age >= settle || age < -settle)
+		return 0;
+	return settle - age;
+}
+
+/* The version that reads will carry, from a HEAD's answer. */
+static void version_of(const struct remote_resp *resp, const struct cache_attr *a, char *out,
+		       size_t len)
+{
+	if (resp->etag[0])
+		snprintf(out, len, "%s", resp->etag);
+	else if (resp->last_modified[0])
+		snprintf(out, len, "lm:%s", resp->last_modified);
+	else
+		snprintf(out, len, "size:%llu", (unsigned long long)a->size);
+}
+
+/* HEAD of a file. Fills size, mtime and version; 0, -ENOENT, -EIO, -EAGAIN (a
+ * file that kept changing within the second its Last-Modified names)... */
 static int head_file(struct http *h, const char *path, struct cache_attr *out, long *status,
 		     char *location, size_t loclen)
 {
 	char url[REMOTE_URL_MAX];
 	struct remote_req req = {.method = "HEAD", .url = url, .quiet_404 = true};
 	struct remote_resp resp;
-	int rc;
+	int64_t wait = 0;
+	int rc, tries;
 
 	rc = path_url(h, path, false, url, sizeof(url));
 	if (rc < 0)
 		return rc;
-	rc = remote_fetch_do(h->fetch, &req, &resp);
-	free(resp.body);
-	*status = resp.status;
-	snprintf(location, loclen, "%s", resp.location);
-	if (rc < 0 || resp.status != 200)
-		return rc;
+	for (tries = 0;; tries++) {
+		rc = remote_fetch_do(h->fetch, &req, &resp);
+		free(resp.body);
+		*status = resp.status;
+		snprintf(location, loclen, "%s", resp.location);
+		if (rc < 0 || resp.status != 200)
+			return rc;
+		wait = unsettled_ns(&resp);
+		if (wait == 0)
+			break;
+		if (tries == SETTLE_TRIES) {
+			MCFS_ERR("http: %s/%s keeps changing (Last-Modified %s, %d s before the "
+				 "server's clock after %d tries): refused until it settles",
+				 h->shown, path, resp.last_modified, SETTLE_S, tries + 1);
+			return -EAGAIN;
+		}
+		MCFS_DEBUG("http: %s/%s was modified within %d s (Last-Modified %s): asking "
+			   "again in %lld ms",
+			   h->shown, path, SETTLE_S, resp.last_modified,
+			   (long long)(wait / 1000000));
+		struct timespec nap = {.tv_sec = wait / 1000000000, .tv_nsec = wait % 1000000000};
+
+		while (nanosleep(&nap, &nap) != 0 && errno == EINTR)
+			;
+	}
 	out->mode = S_IFREG | 0444;
 	out->size = resp.content_length > 0 ? (uint64_t)resp.content_length : 0;
 	if (resp.mtime_ns)
 		out->mtime_ns = resp.mtime_ns;
-	if (resp.etag[0])
-		snprintf(out->version, sizeof(out->version), "%s", resp.etag);
-	else if (resp.last_modified[0])
-		snprintf(out->version, sizeof(out->version), "lm:%s", resp.last_modified);
-	else
-		snprintf(out->version, sizeof(out->version), "size:%llu",
-			 (unsigned long long)out->size);
+	version_of(&resp, out, out->version, sizeof(out->version));
 	return 0;
 }
 
@@ -385,6 +450,16 @@ static ssize_t http_read(struct remote *r, const struct remote_obj *obj, uint64_
 
 	if (off >= obj->size)
 		return 0;
+	if (strncmp(v, "size:", 5) == 0 && strcmp(r->cfg->unversioned, "trust") != 0) {
+		if (!atomic_exchange(&h->said_unversioned, true))
+			MCFS_ERR("http: %s sends neither ETag nor Last-Modified for %s (nor, "
+				 "likely, for its other files): a file replaced by one of the same "
+				 "size could not be told from the one cached, so such files are "
+				 "not read (unversioned=trust reads them, for a store whose files "
+				 "never change in place)",
+				 h->shown, obj->path);
+		return -EIO;
+	}
 	rc = path_url(h, obj->path, false, url, sizeof(url));
 	if (rc < 0)
 		return rc;
