@@ -11,6 +11,11 @@
  * the ABI. With no ranges, a load copies the safetensors data section, which
  * gpu_data_section() finds.
  *
+ * Loads are done only into buffers the calling process is bound to
+ * (MCFS_IOC_BIND, gpu/bind.c says why and how): the process is the thread
+ * group of the FUSE request's thread, read from /proc, so that the threads
+ * of one loader share their bindings.
+ *
  * One reply per request: fuse_reply_ioctl() with the whole struct on
  * success, fuse_reply_err() with a positive errno otherwise. A load runs on
  * the FUSE worker thread that received it and polls fuse_req_interrupted()
@@ -39,6 +44,7 @@ struct ioctl_buf {
 		struct mcfs_load_req load;
 		struct mcfs_prefetch_req prefetch;
 		struct mcfs_info info;
+		struct mcfs_bind_req bind;
 	} u;					       /* the wire struct, copied in and back out */
 	struct gpu_range ranges[MCFS_LOAD_MAX_RANGES]; /* a load's, translated */
 };
@@ -82,6 +88,58 @@ static void to_gpu_req(const struct mcfs_load_req *w, struct gpu_range *ranges, 
 	g->nranges = n;
 }
 
+/* The thread group of thread @tid (the FUSE request's pid is a thread's), or
+ * 0 when it cannot be told (gone, or in no pid namespace the daemon sees). */
+static pid_t tgid_of(pid_t tid)
+{
+	char path[64], line[128];
+	pid_t tgid = 0;
+	FILE *f;
+
+	if (tid <= 0)
+		return 0;
+	snprintf(path, sizeof(path), "/proc/%d/status", (int)tid);
+	f = fopen(path, "re");
+	if (!f)
+		return 0;
+	while (fgets(line, sizeof(line), f))
+		if (sscanf(line, "Tgid: %d", &tgid) == 1)
+			break;
+	fclose(f);
+	return tgid;
+}
+
+static int do_bind(fuse_req_t req, struct fs_session *s, struct mcfs_bind_req *b)
+{
+	static const uint8_t zero[sizeof(b->device_uuid)];
+	struct gpu_load_req g;
+	bool prove = b->flags & MCFS_BIND_F_PROVE;
+	int rc;
+
+	if (b->abi_version != MCFS_IOCTL_ABI)
+		return -EPROTO;
+	if ((b->flags & ~MCFS_BIND_F_PROVE) || b->pad)
+		return -EINVAL;
+	memset(&g, 0, sizeof(g));
+	memcpy(g.ipc_handle, b->ipc_handle, sizeof(g.ipc_handle));
+	g.by_uuid = memcmp(b->device_uuid, zero, sizeof(zero)) != 0;
+	memcpy(g.device_uuid, b->device_uuid, sizeof(g.device_uuid));
+	g.device = b->device;
+	g.dst_offset = b->offset;
+	g.owner = tgid_of(fuse_req_ctx(req)->pid);
+	if (g.owner <= 0) {
+		MCFS_WARN("ioctl: bind request from thread %d, whose process the daemon cannot "
+			  "see (another pid namespace?): refused",
+			  (int)fuse_req_ctx(req)->pid);
+		return -EPERM;
+	}
+	_Static_assert(sizeof(b->nonce) == GPU_BIND_NONCE_SIZE, "nonce size");
+	rc = gpu_bind(s->gpu, &g, prove, b->nonce);
+	if (prove)
+		memset(b->nonce, 0, sizeof(b->nonce));
+	return rc;
+}
+
 /* @ranges: room for MCFS_LOAD_MAX_RANGES, where the request's go. */
 static int do_load(fuse_req_t req, struct fs_handle *h, struct mcfs_load_req *r,
 		   struct gpu_range *ranges)
@@ -118,7 +176,7 @@ static int do_load(fuse_req_t req, struct fs_handle *h, struct mcfs_load_req *r,
 	rc = check_ranges(ranges, n, cache_file_size(h->file));
 	if (rc < 0)
 		return rc;
-	to_gpu_req(r, ranges, n, fuse_req_ctx(req)->pid, &g);
+	to_gpu_req(r, ranges, n, tgid_of(fuse_req_ctx(req)->pid), &g);
 	rc = gpu_load(s->gpu, h->file, &g, interrupted, req, &res);
 	if (rc < 0) {
 		atomic_fetch_add_explicit(&s->gpu_load_errors, 1, memory_order_relaxed);
@@ -233,6 +291,9 @@ void fs_ioctl(fuse_req_t req, fuse_ino_t ino, unsigned int cmd, void *arg,
 	case (unsigned)MCFS_IOC_INFO:
 		want = sizeof(buf->u.info);
 		break;
+	case (unsigned)MCFS_IOC_BIND:
+		want = sizeof(buf->u.bind);
+		break;
 	default:
 		fuse_reply_err(req, ENOTTY);
 		return;
@@ -254,6 +315,8 @@ void fs_ioctl(fuse_req_t req, fuse_ino_t ino, unsigned int cmd, void *arg,
 		else
 			rc = do_prefetch(s, h, &buf->u.prefetch);
 		fs_handle_done(h);
+	} else if (cmd == (unsigned)MCFS_IOC_BIND) {
+		rc = do_bind(req, s, &buf->u.bind);
 	} else {
 		do_info(s, &buf->u.info);
 		rc = 0;

@@ -333,6 +333,12 @@ int gpu_load(struct gpu *g, struct cache_file *f, const struct gpu_load_req *req
 	l.dev = rc;
 	if (atomic_load(&g->devs[l.dev].broken))
 		return -ENODEV;
+	if (!gpu_bound(g, req->owner, req->ipc_handle, l.dev)) {
+		MCFS_WARN("gpu: load of %s refused: process %d is not bound to the device buffer "
+			  "it named (MCFS_IOC_BIND first)",
+			  cache_file_path(f), req->owner);
+		return -EPERM;
+	}
 	err = cudaSetDevice(g->devs[l.dev].ordinal); /* FUSE worker threads start with none */
 	if (err != cudaSuccess) {
 		MCFS_WARN("gpu: cannot use device %d: %s", g->devs[l.dev].ordinal,

@@ -167,6 +167,7 @@ static void *pin_thread(void *arg)
 		if (stop)
 			break;
 		gpu_ipc_sweep(g);
+		gpu_bind_sweep(g);
 	}
 	return NULL;
 }
@@ -270,6 +271,7 @@ void gpu_free(struct gpu *g)
 	}
 	if (g->ok) {
 		gpu_ipc_close_all(g);
+		gpu_bind_free_all(g);
 		gpu_streams_free_all(g);
 		for (i = 0; i < g->nchunks; i++) {
 			if (!atomic_load(&g->chunk_pinned[i]))

@@ -84,6 +84,8 @@ struct gpu {
 	bool stop;		  /* guarded by lock: the pin/janitor thread ends */
 	struct gpu_ipc *ipcs;	  /* guarded by lock */
 	struct gpu_streams *pool; /* guarded by lock */
+	struct gpu_bind *binds;	  /* guarded by lock: bind.c */
+	unsigned nbinds;	  /* guarded by lock: length of binds */
 };
 
 /* cudaError_t -> negative errno; the one translation (gpu.c). */
@@ -104,6 +106,13 @@ void gpu_ipc_release(struct gpu *g, struct gpu_ipc *e, bool close_after);
 void gpu_ipc_sweep(struct gpu *g);
 /* Closes every mapping (gpu_free; no load running). */
 void gpu_ipc_close_all(struct gpu *g);
+/* bind.c. True if process @tgid proved it can write the allocation of
+ * @handle on device index @dev (and then marks the binding used). */
+bool gpu_bound(struct gpu *g, pid_t tgid, const unsigned char *handle, int dev);
+/* Drops the bindings of processes that are gone (the janitor). */
+void gpu_bind_sweep(struct gpu *g);
+/* Drops every binding (gpu_free). */
+void gpu_bind_free_all(struct gpu *g);
 
 /* copy.c: stream sets. */
 MCFS_MUST_CHECK int gpu_streams_get(struct gpu *g, int dev, struct gpu_streams **out);

@@ -67,3 +67,12 @@ int gpu_load(struct gpu *g, struct cache_file *f, const struct gpu_load_req *req
 	memset(res, 0, sizeof(*res));
 	return -ENODEV;
 }
+
+int gpu_bind(struct gpu *g, const struct gpu_load_req *req, bool proof, unsigned char *nonce)
+{
+	(void)g;
+	(void)req;
+	(void)proof;
+	(void)nonce;
+	return -ENODEV;
+}

@@ -33,8 +33,10 @@ def test_struct_sizes_match_the_c_header():
     assert "sizeof(struct mcfs_load_req) == %d" % len(bytes(_abi.LoadReq())) in hdr
     assert "sizeof(struct mcfs_info) == %d" % len(bytes(_abi.Info())) in hdr
     assert "sizeof(struct mcfs_prefetch_req) == %d" % len(bytes(_abi.PrefetchReq())) in hdr
+    assert "sizeof(struct mcfs_bind_req) == %d" % len(bytes(_abi.BindReq())) in hdr
     assert "#define MCFS_IOCTL_ABI %d" % _abi.ABI in hdr
     assert _abi.IOC_LOAD == 0xF0B06D01
+    assert _abi.IOC_BIND == 0xC0786D04
 
 
 @pytest.fixture
@@ -57,6 +59,8 @@ def test_abi_mismatch_is_eproto(mounted):
         assert ioctl_errno(fd, _abi.IOC_LOAD, _abi.LoadReq(abi_version=0)) == errno.EPROTO
         assert ioctl_errno(fd, _abi.IOC_PREFETCH, _abi.PrefetchReq(abi_version=9)) \
             == errno.EPROTO
+        assert ioctl_errno(fd, _abi.IOC_BIND, _abi.BindReq(abi_version=_abi.ABI - 1)) \
+            == errno.EPROTO
         assert "ABI %d" % (_abi.ABI + 1) in mounted.log()
     finally:
         os.close(fd)
@@ -77,6 +81,10 @@ def test_request_validation(mounted):
                            _abi.LoadReq(abi_version=_abi.ABI, nranges=_abi.LOAD_MAX_RANGES + 1)) \
             == errno.EINVAL
         assert ioctl_errno(fd, _abi.IOC_LOAD, _abi.LoadReq(abi_version=_abi.ABI, flags=0x80)) \
+            == errno.EINVAL
+        assert ioctl_errno(fd, _abi.IOC_BIND, _abi.BindReq(abi_version=_abi.ABI, flags=0x2)) \
+            == errno.EINVAL
+        assert ioctl_errno(fd, _abi.IOC_BIND, _abi.BindReq(abi_version=_abi.ABI, pad=1)) \
             == errno.EINVAL
         # no ranges: the safetensors data section, and e.bin's length prefix is garbage
         assert ioctl_errno(efd, _abi.IOC_LOAD, _abi.LoadReq(abi_version=_abi.ABI)) \
@@ -102,6 +110,9 @@ def test_info_and_no_gpu(mounted):
         r = _abi.LoadReq(abi_version=_abi.ABI, nranges=1)
         r.ranges[0].len = 100
         assert ioctl_errno(fd, _abi.IOC_LOAD, r) == errno.ENODEV
+        for flags in (0, _abi.BIND_F_PROVE):
+            assert ioctl_errno(fd, _abi.IOC_BIND,
+                               _abi.BindReq(abi_version=_abi.ABI, flags=flags)) == errno.ENODEV
     finally:
         os.close(fd)
     assert mcfs.info(os.path.join(ROOT, "include", "mcfs", "mcfs_ioctl.h")) is None  # not on mcfs

@@ -6,8 +6,7 @@
 - the .pth turns the safetensors switch on only when MCFS_SAFETENSORS is set,
   and imports nothing otherwise;
 - a daemon that speaks another ioctl ABI is refused with McfsError(EPROTO)
-  naming both versions (the package is made to speak ABI 2 against the real
-  daemon's 1).
+  naming both versions (the package is made to speak the daemon's ABI + 1).
 """
 import glob
 import os
@@ -23,6 +22,8 @@ from conftest import ROOT, mcfs_mount, need_root
 from test_gpu_fallback import STUBS
 
 PKG = os.path.join(ROOT, "gpu", "python")
+with open(os.path.join(ROOT, "include", "mcfs", "mcfs_ioctl.h")) as _f:
+    HEADER_ABI = int(re.search(r"#define MCFS_IOCTL_ABI (\d+)", _f.read()).group(1))
 
 
 def daemon_version():
@@ -143,7 +144,8 @@ def test_another_abi_is_refused(tmp):
         assert out.returncode == 0, out.stderr
         ok, msg = out.stdout.split("\n", 1)
         assert ok == "True", out.stdout
-        assert "daemon speaks ioctl ABI 1" in msg and "speaks ABI 2" in msg, msg
+        assert ("daemon speaks ioctl ABI %d" % HEADER_ABI) in msg, msg
+        assert ("speaks ABI %d" % (HEADER_ABI + 1)) in msg, msg
         assert "pip install ./gpu/python" in msg and m.p("a.safetensors") in msg, msg
         # load_file refuses too, before it looks for a GPU (torch or a
         # stand-in, as in test_gpu_fallback)
@@ -154,7 +156,8 @@ def test_another_abi_is_refused(tmp):
             try:
                 mcfs.load_file(sys.argv[1], device="cuda:0")
             except mcfs.McfsError as e:
-                print(e.errno == errno.EPROTO, "ABI 1" in str(e) and "ABI 2" in str(e))
+                print(e.errno == errno.EPROTO, "ABI %d" % (_abi.ABI - 1) in str(e)
+                      and "ABI %d" % _abi.ABI in str(e))
         """), m.p("a.safetensors"))
         assert out.returncode == 0, out.stderr
         assert out.stdout.split() == ["True", "True"], out.stdout + out.stderr

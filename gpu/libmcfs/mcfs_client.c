@@ -47,6 +47,7 @@ static struct {
 	int (*release)(int dev);
 	int (*push)(void *ctx);
 	int (*pop)(void **ctx);
+	int (*htod)(cu_ptr dst, const void *src, size_t n);
 } cu = {.once = PTHREAD_ONCE_INIT};
 
 static void load_driver(void)
@@ -67,8 +68,9 @@ static void load_driver(void)
 	*(void **)&cu.release = dlsym(lib, "cuDevicePrimaryCtxRelease_v2");
 	*(void **)&cu.push = dlsym(lib, "cuCtxPushCurrent_v2");
 	*(void **)&cu.pop = dlsym(lib, "cuCtxPopCurrent_v2");
+	*(void **)&cu.htod = dlsym(lib, "cuMemcpyHtoD_v2");
 	if (!cu.init || !cu.ptr_attr || !cu.ipc_get || !cu.dev_get || !cu.uuid || !cu.retain ||
-	    !cu.release || !cu.push || !cu.pop || cu.init(0) != CU_SUCCESS)
+	    !cu.release || !cu.push || !cu.pop || !cu.htod || cu.init(0) != CU_SUCCESS)
 		return;
 	cu.err = 0;
 }
@@ -128,6 +130,52 @@ int mcfs_devbuf_from_ptr(const void *dptr, struct mcfs_devbuf *out)
 	cu.pop(&popped);
 	cu.release(dev);
 	return rc;
+}
+
+/* Writes @n bytes of @src to device memory at @p of device @ordinal. */
+static int write_device(cu_ptr p, int ordinal, const void *src, size_t n)
+{
+	void *ctx = NULL, *popped = NULL;
+	int dev, rc = 0;
+
+	pthread_once(&cu.once, load_driver);
+	if (cu.err)
+		return cu.err;
+	if (cu.dev_get(&dev, ordinal) != CU_SUCCESS || cu.retain(&ctx, dev) != CU_SUCCESS)
+		return -ENODEV;
+	if (cu.push(ctx) != CU_SUCCESS) {
+		cu.release(dev);
+		return -ENODEV;
+	}
+	if (cu.htod(p, src, n) != CU_SUCCESS)
+		rc = -ENODEV;
+	cu.pop(&popped);
+	cu.release(dev);
+	return rc;
+}
+
+int mcfs_bind(int fd, const struct mcfs_devbuf *buf, void *dptr, uint64_t size)
+{
+	struct mcfs_bind_req req;
+	int rc;
+
+	if (size < MCFS_BIND_NONCE_SIZE || buf->size < MCFS_BIND_NONCE_SIZE)
+		return -EINVAL;
+	memset(&req, 0, sizeof(req));
+	req.abi_version = MCFS_IOCTL_ABI;
+	memcpy(req.ipc_handle, buf->handle, sizeof(req.ipc_handle));
+	memcpy(req.device_uuid, buf->uuid, sizeof(req.device_uuid));
+	req.device = buf->device;
+	req.offset = buf->offset;
+	if (ioctl(fd, MCFS_IOC_BIND, &req) < 0)
+		return -errno;
+	rc = write_device((cu_ptr)(uintptr_t)dptr, buf->device, req.nonce, sizeof(req.nonce));
+	if (rc < 0)
+		return rc;
+	req.flags = MCFS_BIND_F_PROVE;
+	if (ioctl(fd, MCFS_IOC_BIND, &req) < 0)
+		return -errno;
+	return 0;
 }
 
 int mcfs_load(int fd, const struct mcfs_devbuf *buf, uint64_t size, const struct mcfs_range *ranges,
@@ -194,8 +242,15 @@ static int check_daemon(int fd, const char *path, char *err, size_t errlen)
 
 static int64_t devbuf_failed(char *err, size_t errlen, int rc, const char *path)
 {
-	return failf(err, errlen, rc, "%s: device buffer cannot be used: %s", path,
-		     rc == -EOPNOTSUPP ? "memory cannot be exported with CUDA IPC" : strerror(-rc));
+	const char *why = strerror(-rc);
+
+	if (rc == -EOPNOTSUPP)
+		why = "memory cannot be exported with CUDA IPC";
+	else if (rc == -EINVAL)
+		why = "under 16 bytes, too small to bind to this process (MCFS_IOC_BIND)";
+	else if (rc == -EPERM)
+		why = "the daemon could not confirm that this process can write it";
+	return failf(err, errlen, rc, "%s: device buffer cannot be used: %s", path, why);
 }
 
 static int64_t load_fd(int fd, const char *path, void *dptr, uint64_t capacity, char *err,
@@ -222,6 +277,8 @@ static int64_t load_fd(int fd, const char *path, void *dptr, uint64_t capacity, 
 		return failf(err, errlen, -ENOSPC, "%s: data section of %llu bytes, buffer of %llu",
 			     path, (unsigned long long)len, (unsigned long long)capacity);
 	rc = mcfs_devbuf_from_ptr(dptr, &buf);
+	if (rc == 0 && len > 0)
+		rc = mcfs_bind(fd, &buf, dptr, capacity);
 	if (rc < 0)
 		return devbuf_failed(err, errlen, rc, path);
 	rc = mcfs_load(fd, &buf, capacity, NULL, 0, MCFS_LOAD_F_CLOSE, NULL);
@@ -261,6 +318,8 @@ static int64_t load_tensors_fd(int fd, const char *path, const char *const *patt
 	}
 	if (sel->nranges) {
 		rc = mcfs_devbuf_from_ptr(dptr, &buf);
+		if (rc == 0)
+			rc = mcfs_bind(fd, &buf, dptr, capacity);
 		if (rc < 0) {
 			rc = (int)devbuf_failed(err, errlen, rc, path);
 			goto fail;

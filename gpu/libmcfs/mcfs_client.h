@@ -62,11 +62,24 @@ MCFS_API int mcfs_info(int fd, struct mcfs_info *info);
 MCFS_API int mcfs_devbuf_from_ptr(const void *dptr, struct mcfs_devbuf *out);
 
 /*
+ * Binds the calling process to the buffer @buf, made from @dptr by
+ * mcfs_devbuf_from_ptr(), so that the daemon behind @fd loads into it
+ * (MCFS_IOC_BIND: the daemon's nonce is written at @dptr and read back).
+ * Overwrites the first 16 bytes at @dptr, which a load then fills; @size
+ * (bytes usable at @dptr) must be at least 16. Once per buffer and process,
+ * before its first mcfs_load(). Returns 0, -EINVAL (@size under 16),
+ * -ENODEV (no driver), -EPERM (the daemon read back other bytes), or the
+ * daemon's errors.
+ */
+MCFS_API int mcfs_bind(int fd, const struct mcfs_devbuf *buf, void *dptr, uint64_t size);
+
+/*
  * Copies @n ranges of @fd into @buf (dst_off relative to the buffer), or
  * with @n == 0 the whole safetensors data section to the buffer's start.
  * @size: bytes of the buffer the load may write (0 = to the allocation's
  * end). @flags: MCFS_LOAD_F_*. @stats (may be NULL) receives the daemon's
- * answer (bytes, ns, data_offset). Returns 0 or a negative errno.
+ * answer (bytes, ns, data_offset). Returns 0 or a negative errno: -EPERM
+ * if this process is not bound to @buf (mcfs_bind() first).
  */
 MCFS_API int mcfs_load(int fd, const struct mcfs_devbuf *buf, uint64_t size,
 		       const struct mcfs_range *ranges, unsigned n, unsigned flags,

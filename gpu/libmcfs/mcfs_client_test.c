@@ -49,6 +49,7 @@ int main(int argc, char **argv)
 		  sizeof(struct mcfs_prefetch_req) == 56,
 	      "ABI sizes");
 	CHECK(MCFS_IOC_LOAD == 0xf0b06d01ul, "MCFS_IOC_LOAD = %#lx", (unsigned long)MCFS_IOC_LOAD);
+	CHECK(MCFS_IOC_BIND == 0xc0786d04ul, "MCFS_IOC_BIND = %#lx", (unsigned long)MCFS_IOC_BIND);
 	close(fd);
 	unlink(path);
 	if (failures)

@@ -38,6 +38,10 @@
  *   ENXIO      the IPC handle could not be opened (not a live allocation of
  *              another process on that device, or already freed).
  *   EOVERFLOW  a destination past the end of the device allocation.
+ *   EPERM      MCFS_IOC_LOAD: the calling process is not bound to the buffer
+ *              (see MCFS_IOC_BIND); MCFS_IOC_BIND with the PROVE flag: the
+ *              16 bytes at the offset are not the last nonce handed to this
+ *              process for this buffer.
  *   EINTR      the caller was interrupted (Ctrl-C); the load stopped between
  *              blocks, the buffer holds a prefix of the data.
  *   EIO        the store failed for a block (the daemon logs path and block).
@@ -49,7 +53,8 @@
 #include <stdint.h>
 #include <sys/ioctl.h>
 
-#define MCFS_IOCTL_ABI 1
+/* 2: loads need a binding first (MCFS_IOC_BIND). */
+#define MCFS_IOCTL_ABI 2
 
 /* Bytes of a cudaIpcMemHandle_t / CUipcMemHandle (CUDA_IPC_HANDLE_SIZE). */
 #define MCFS_IPC_HANDLE_SIZE 64
@@ -93,6 +98,38 @@ struct mcfs_load_req {
 	uint64_t reserved[3];
 };
 
+/*
+ * Binding (ABI 2): the daemon writes into a device buffer only for a process
+ * that showed it can write there itself, so that another process's IPC
+ * handle bytes are of no use to a caller. Two calls, once per buffer (an
+ * allocation and device) and process, before its first load:
+ *   1. flags = 0: the daemon answers `nonce`, 16 random bytes for this
+ *      process and buffer;
+ *   2. the caller writes the nonce into its buffer at `offset` (bytes from the
+ *      allocation's base; 16 bytes it is about to load into anyway), then
+ *      calls again with MCFS_BIND_F_PROVE and the same offset: the daemon
+ *      reads the 16 bytes back, and binds the process to the buffer if they
+ *      are the nonce (EPERM if not).
+ * The binding holds for every thread of the process until it exits. The
+ * process is the caller's as the daemon's pid namespace sees it: a caller in
+ * a pid namespace the daemon cannot see gets EPERM.
+ */
+#define MCFS_BIND_F_PROVE 0x1u
+#define MCFS_BIND_NONCE_SIZE 16
+
+struct mcfs_bind_req {
+	/* in */
+	uint32_t abi_version;			  /* MCFS_IOCTL_ABI */
+	uint32_t flags;				  /* 0 or MCFS_BIND_F_PROVE */
+	uint8_t ipc_handle[MCFS_IPC_HANDLE_SIZE]; /* of the allocation (its base) */
+	uint8_t device_uuid[16];		  /* the buffer's GPU; all zero: use device */
+	int32_t device;				  /* ordinal, used only without a uuid */
+	uint32_t pad;				  /* 0 */
+	uint64_t offset;			  /* PROVE: where the nonce was written */
+	/* out (flags = 0) */
+	uint8_t nonce[MCFS_BIND_NONCE_SIZE];
+};
+
 /* Starts fetches of the blocks of [offset, offset + length) without waiting. */
 struct mcfs_prefetch_req {
 	/* in */
@@ -127,6 +164,7 @@ struct mcfs_info {
 #define MCFS_IOC_LOAD _IOWR('m', 0x01, struct mcfs_load_req)
 #define MCFS_IOC_PREFETCH _IOWR('m', 0x02, struct mcfs_prefetch_req)
 #define MCFS_IOC_INFO _IOWR('m', 0x03, struct mcfs_info)
+#define MCFS_IOC_BIND _IOWR('m', 0x04, struct mcfs_bind_req)
 
 #ifdef __cplusplus
 #define MCFS_ABI_ASSERT static_assert
@@ -140,5 +178,6 @@ MCFS_ABI_ASSERT(sizeof(struct mcfs_load_req) == 12464, "mcfs_load_req layout");
 MCFS_ABI_ASSERT(sizeof(struct mcfs_load_req) <= 16383, "FUSE restricted ioctl size");
 MCFS_ABI_ASSERT(sizeof(struct mcfs_prefetch_req) == 56, "mcfs_prefetch_req layout");
 MCFS_ABI_ASSERT(sizeof(struct mcfs_info) == 304, "mcfs_info layout");
+MCFS_ABI_ASSERT(sizeof(struct mcfs_bind_req) == 120, "mcfs_bind_req layout");
 
 #endif

@@ -38,7 +38,7 @@ sys.path.insert(0, os.path.join(ROOT, "tests"))
 import torch  # noqa: E402
 import mcfs  # noqa: E402
 from mcfs import _abi  # noqa: E402
-from mcfs._cuda import devbuf_from_ptr  # noqa: E402
+from mcfs._loader import bind_tensor  # noqa: E402
 from conftest import mcfs_mount  # noqa: E402
 import gpu_rows  # noqa: E402
 import switch_rows  # noqa: E402
@@ -112,7 +112,7 @@ def wait_pinned(path, timeout=300):
 def ioctl_load(path, buf, nbytes):
     fd = os.open(path, os.O_RDONLY)
     try:
-        db = devbuf_from_ptr(buf.data_ptr())
+        db = bind_tensor(torch, fd, buf)
         r = _abi.LoadReq(abi_version=_abi.ABI, device=db.device, dst_offset=db.offset,
                          dst_size=nbytes)
         r.ipc_handle[:] = db.handle

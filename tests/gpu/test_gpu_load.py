@@ -167,8 +167,9 @@ def test_four_processes_one_fetch_per_block(tmp):
 
 
 def _req_for(torch, buf, nbytes, fd):
-    from mcfs._cuda import devbuf_from_ptr
-    db = devbuf_from_ptr(buf.data_ptr())
+    """A load of the file's first nbytes into buf, which this process is bound to."""
+    from mcfs._loader import bind_tensor
+    db = bind_tensor(torch, fd, buf)
     r = _abi.LoadReq(abi_version=_abi.ABI, device=db.device, dst_offset=db.offset)
     r.ipc_handle[:] = db.handle
     r.device_uuid[:] = db.uuid
@@ -178,8 +179,17 @@ def _req_for(torch, buf, nbytes, fd):
     return r
 
 
+def _errno_of(fn):
+    try:
+        fn()
+        return 0
+    except OSError as e:
+        return e.errno
+
+
 def test_documented_errors(tmp):
     torch = need_gpu()
+    from mcfs._cuda import devbuf_from_ptr
     with open(str(tmp / "src" / "f.bin"), "wb") as f:
         f.write(os.urandom(3 << 20))
     with mcfs_mount(str(tmp / "src"), str(tmp / "mnt"), opts=["ram_cache=64M"]) as m:
@@ -188,11 +198,12 @@ def test_documented_errors(tmp):
             buf = torch.empty(2 << 20, dtype=torch.uint8, device="cuda:0")
 
             def code(r):
-                try:
-                    _abi.ioctl(fd, _abi.IOC_LOAD, r)
-                    return 0
-                except OSError as e:
-                    return e.errno
+                return _errno_of(lambda: _abi.ioctl(fd, _abi.IOC_LOAD, r))
+
+            def bind_code(handle):
+                db = devbuf_from_ptr(buf.data_ptr())
+                db.handle = handle
+                return _errno_of(lambda: _abi.bind(fd, db, lambda nonce: None))
 
             r = _req_for(torch, buf, 1 << 20, fd)
             assert code(r) == 0
@@ -207,9 +218,11 @@ def test_documented_errors(tmp):
             r.dst_size = 2 << 20
             r.ranges[0].dst_off = (2 << 20) - 100  # past the caller's buffer
             assert code(r) == errno.EOVERFLOW
+            junk = os.urandom(64)
             r = _req_for(torch, buf, 1 << 20, fd)
-            r.ipc_handle[:] = os.urandom(64)
-            assert code(r) == errno.ENXIO
+            r.ipc_handle[:] = junk
+            assert code(r) == errno.EPERM  # never bound: not even opened
+            assert bind_code(junk) == errno.ENXIO
             # the handle of a process that has exited (a crashed client's)
             stale = subprocess.run(
                 [PY, "-c", "import torch\nfrom mcfs._cuda import devbuf_from_ptr\n"
@@ -219,7 +232,8 @@ def test_documented_errors(tmp):
             assert stale.returncode == 0, stale.stderr
             r = _req_for(torch, buf, 1 << 20, fd)
             r.ipc_handle[:] = bytes.fromhex(stale.stdout.strip())
-            assert code(r) == errno.ENXIO
+            assert code(r) == errno.EPERM
+            assert bind_code(bytes.fromhex(stale.stdout.strip())) == errno.ENXIO
             r = _req_for(torch, buf, 1 << 20, fd)
             r.device_uuid[:] = b"\x01" * 16
             assert code(r) == errno.ENODEV
@@ -227,6 +241,76 @@ def test_documented_errors(tmp):
             assert code(r) == 0, "the daemon's GPU path broke after the errors"
         finally:
             os.close(fd)
+
+
+VICTIM = r"""
+import os, sys, torch
+from mcfs import _abi
+from mcfs._loader import bind_tensor
+fd = os.open(sys.argv[1], os.O_RDONLY)
+buf = torch.full((4 << 20,), 7, dtype=torch.uint8, device="cuda:0")
+db = bind_tensor(torch, fd, buf)  # bound: the daemon holds its mapping open
+buf[:16].fill_(7)
+torch.cuda.synchronize()
+print(bytes(db.handle).hex(), db.offset, flush=True)
+sys.stdin.readline()  # the attacker has tried
+print(int((buf != 7).sum().item()), flush=True)
+r = _abi.LoadReq(abi_version=_abi.ABI, device=db.device, dst_offset=db.offset, nranges=1)
+r.ipc_handle[:] = db.handle
+r.device_uuid[:] = db.uuid
+r.ranges[0].file_off, r.ranges[0].len = 0, 1 << 20
+_abi.ioctl(fd, _abi.IOC_LOAD, r)
+torch.cuda.synchronize()
+print(bytes(buf[:1 << 20].cpu().numpy()) == open(sys.argv[1], "rb").read(1 << 20), flush=True)
+"""
+
+
+def test_another_process_handle_is_refused(tmp):
+    """Issue 22, item 6: a process that learnt another's IPC handle bytes cannot
+    have the daemon write into that process's GPU memory: its load is EPERM,
+    and so is its bind, whose nonce it can only write into its own memory;
+    the victim's bytes stay as they were, and its own load still works."""
+    torch = need_gpu()
+    from mcfs._cuda import devbuf_from_ptr
+    with open(str(tmp / "src" / "f.bin"), "wb") as f:
+        f.write(os.urandom(3 << 20))
+    with mcfs_mount(str(tmp / "src"), str(tmp / "mnt"), opts=["ram_cache=64M"]) as m:
+        victim = subprocess.Popen([PY, "-c", VICTIM, m.p("f.bin")], env=ENV, text=True,
+                                  stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                  stderr=subprocess.PIPE)
+        try:
+            handle_hex, offset = victim.stdout.readline().split()
+            handle = bytes.fromhex(handle_hex)
+            fd = os.open(m.p("f.bin"), os.O_RDONLY)
+            try:
+                own = torch.empty(4 << 20, dtype=torch.uint8, device="cuda:0")
+                mine = devbuf_from_ptr(own.data_ptr())
+                r = _abi.LoadReq(abi_version=_abi.ABI, device=0, dst_offset=int(offset),
+                                 nranges=1)
+                r.ipc_handle[:] = handle
+                r.device_uuid[:] = mine.uuid
+                r.ranges[0].file_off, r.ranges[0].len = 0, 1 << 20
+                assert _errno_of(lambda: _abi.ioctl(fd, _abi.IOC_LOAD, r)) == errno.EPERM
+                forged = devbuf_from_ptr(own.data_ptr())
+                forged.handle, forged.offset = handle, int(offset)
+
+                def write_own(nonce):  # all an attacker can write: its own memory
+                    own[:16].copy_(torch.frombuffer(bytearray(nonce), dtype=torch.uint8))
+                    torch.cuda.synchronize()
+                assert _errno_of(lambda: _abi.bind(fd, forged, write_own)) == errno.EPERM
+                assert _errno_of(lambda: _abi.ioctl(fd, _abi.IOC_LOAD, r)) == errno.EPERM
+            finally:
+                os.close(fd)
+            out, err = victim.communicate("go\n", timeout=120)
+            assert victim.returncode == 0, err
+            changed, loaded = out.split()
+            assert changed == "0", "%s bytes of the victim's buffer were written" % changed
+            assert loaded == "True"
+            assert "could not show that it can write" in m.log()
+        finally:
+            if victim.poll() is None:
+                victim.kill()
+                victim.wait()
 
 
 def test_unexportable_memory_clear_error(tmp):

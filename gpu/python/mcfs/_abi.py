@@ -7,10 +7,12 @@ import ctypes
 import errno
 import os
 
-ABI = 1
+ABI = 2
 IPC_HANDLE_SIZE = 64
 LOAD_MAX_RANGES = 512
 LOAD_F_CLOSE = 0x1
+BIND_F_PROVE = 0x1
+BIND_NONCE_SIZE = 16
 
 
 class Range(ctypes.Structure):
@@ -66,10 +68,24 @@ class Info(ctypes.Structure):
     ]
 
 
+class BindReq(ctypes.Structure):
+    _fields_ = [
+        ("abi_version", ctypes.c_uint32),
+        ("flags", ctypes.c_uint32),
+        ("ipc_handle", ctypes.c_uint8 * IPC_HANDLE_SIZE),
+        ("device_uuid", ctypes.c_uint8 * 16),
+        ("device", ctypes.c_int32),
+        ("pad", ctypes.c_uint32),
+        ("offset", ctypes.c_uint64),
+        ("nonce", ctypes.c_uint8 * BIND_NONCE_SIZE),
+    ]
+
+
 assert ctypes.sizeof(Range) == 24
 assert ctypes.sizeof(LoadReq) == 12464
 assert ctypes.sizeof(PrefetchReq) == 56
 assert ctypes.sizeof(Info) == 304
+assert ctypes.sizeof(BindReq) == 120
 
 
 def _iowr(typ, nr, size):
@@ -80,6 +96,7 @@ def _iowr(typ, nr, size):
 IOC_LOAD = _iowr("m", 0x01, ctypes.sizeof(LoadReq))
 IOC_PREFETCH = _iowr("m", 0x02, ctypes.sizeof(PrefetchReq))
 IOC_INFO = _iowr("m", 0x03, ctypes.sizeof(Info))
+IOC_BIND = _iowr("m", 0x04, ctypes.sizeof(BindReq))
 
 # What each errno means for a load (include/mcfs/mcfs_ioctl.h).
 LOAD_ERRORS = {
@@ -91,6 +108,7 @@ LOAD_ERRORS = {
     errno.ENODEV: "the mcfs daemon has no usable GPU for this device",
     errno.ENXIO: "the daemon could not open the buffer's CUDA IPC handle",
     errno.EOVERFLOW: "a destination past the end of the device buffer",
+    errno.EPERM: "the daemon could not confirm that this process can write the device buffer",
     errno.EINTR: "interrupted",
     errno.EIO: "the store failed while reading the file",
     errno.ENOMEM: "the daemon is out of memory",
@@ -145,3 +163,23 @@ def info(fd):
     i = Info()
     i.abi_version = ABI
     return ioctl(fd, IOC_INFO, i)
+
+
+def bind(fd, db, write):
+    """Binds this process to the device buffer `db` (a _cuda.DevBuf) through
+    MCFS_IOC_BIND: `write(nonce)` must put the daemon's 16 bytes at the start
+    of the buffer (which a load then overwrites). Raises OSError: EPERM when
+    the daemon read back other bytes."""
+    if db.size < BIND_NONCE_SIZE:
+        raise OSError(errno.EINVAL, "a device buffer of %d bytes is too small to bind (16 at "
+                      "least)" % db.size)
+    req = BindReq()
+    req.abi_version = ABI
+    req.ipc_handle[:] = db.handle
+    req.device_uuid[:] = db.uuid
+    req.device = db.device
+    req.offset = db.offset
+    ioctl(fd, IOC_BIND, req)
+    write(bytes(req.nonce))
+    req.flags = BIND_F_PROVE
+    ioctl(fd, IOC_BIND, req)

@@ -50,6 +50,26 @@ def odd_dtypes(torch, tensors):
     return sorted({t.dtype for t in tensors if torch_dtype(torch, t.dtype) is None})
 
 
+def bind_tensor(torch, fd, buf):
+    """Binds this process to the device memory of uint8 tensor `buf` (16
+    elements at least) for loads through `fd` (MCFS_IOC_BIND): the daemon
+    loads only into buffers a process shows it can write, so its nonce goes
+    to buf's first 16 bytes and is read back. Returns the buffer's
+    _cuda.DevBuf. Raises OSError (EPERM: the daemon read other bytes)."""
+    from ._cuda import devbuf_from_ptr
+
+    db = devbuf_from_ptr(buf.data_ptr())
+    stream = torch.cuda.current_stream(buf.device)
+    stream.synchronize()
+
+    def write(nonce):
+        buf[:len(nonce)].copy_(torch.frombuffer(bytearray(nonce), dtype=torch.uint8))
+        stream.synchronize()
+
+    _abi.bind(fd, db, write)
+    return db
+
+
 class IoctlTransport:
     """Fills device buffers with file bytes through MCFS_IOC_LOAD on `fd`."""
 
@@ -67,7 +87,11 @@ class IoctlTransport:
         from . import McfsError, _load_error
 
         if self._db_ptr != buf.data_ptr():
-            self._db, self._db_ptr = devbuf_from_ptr(buf.data_ptr()), buf.data_ptr()
+            try:
+                db = bind_tensor(self.torch, self.fd, buf)
+            except OSError as e:
+                raise _load_error(self.path, e) from None
+            self._db, self._db_ptr = db, buf.data_ptr()
         req = _abi.load_request(self._db, ranges, _abi.LOAD_F_CLOSE if last else 0,
                                 buf.numel())
         # The allocator may hand out memory that queued kernels still use, and
@@ -140,14 +164,17 @@ def load_tensors(torch, transport, header, tensors, device, arena_bytes=None):
             out[t.name] = torch.empty(t.shape, dtype=torch_dtype(torch, t.dtype), device=device)
     if len(todo) == 1:
         t = todo[0]
-        raw = torch.empty(t.end - t.begin, dtype=torch.uint8, device=device)
-        transport.fill(raw, [(header.data_offset + t.begin, t.end - t.begin, 0)], True)
+        # 16 bytes at least: the room a binding's nonce needs (_abi.bind)
+        room = torch.empty(max(t.end - t.begin, _abi.BIND_NONCE_SIZE), dtype=torch.uint8,
+                           device=device)
+        transport.fill(room, [(header.data_offset + t.begin, t.end - t.begin, 0)], True)
+        raw = room[:t.end - t.begin]
         out[t.name] = raw.view(torch_dtype(torch, t.dtype)).view(t.shape)
     elif todo:
         biggest = max(t.end - t.begin for t in todo)
         total = sum(t.end - t.begin for t in todo)
         cap = max(min(arena_bytes, total), biggest)
-        arena = torch.empty(cap, dtype=torch.uint8, device=device)
+        arena = torch.empty(max(cap, _abi.BIND_NONCE_SIZE), dtype=torch.uint8, device=device)
         batches = _batches(todo, cap)
         for i, batch in enumerate(batches):
             try:
