@@ -112,13 +112,13 @@ static pid_t tgid_of(pid_t tid)
 static int do_bind(fuse_req_t req, struct fs_session *s, struct mcfs_bind_req *b)
 {
 	static const uint8_t zero[sizeof(b->device_uuid)];
+	bool prove = b->flags & MCFS_BIND_F_PROVE, bound = false;
 	struct gpu_load_req g;
-	bool prove = b->flags & MCFS_BIND_F_PROVE;
 	int rc;
 
 	if (b->abi_version != MCFS_IOCTL_ABI)
 		return -EPROTO;
-	if ((b->flags & ~MCFS_BIND_F_PROVE) || b->pad)
+	if (b->flags & ~MCFS_BIND_F_PROVE)
 		return -EINVAL;
 	memset(&g, 0, sizeof(g));
 	memcpy(g.ipc_handle, b->ipc_handle, sizeof(g.ipc_handle));
@@ -134,7 +134,8 @@ static int do_bind(fuse_req_t req, struct fs_session *s, struct mcfs_bind_req *b
 		return -EPERM;
 	}
 	_Static_assert(sizeof(b->nonce) == GPU_BIND_NONCE_SIZE, "nonce size");
-	rc = gpu_bind(s->gpu, &g, prove, b->nonce);
+	rc = gpu_bind(s->gpu, &g, prove, b->nonce, &bound);
+	b->bound = bound;
 	if (prove)
 		memset(b->nonce, 0, sizeof(b->nonce));
 	return rc;

@@ -11,10 +11,13 @@
  * The binding: a process proves that it can write to the buffer before the
  * daemon writes to it for that process. MCFS_IOC_BIND without the PROVE flag
  * hands the caller a fresh random nonce for (its process, the handle, the
- * device); the caller writes the nonce into its buffer at an offset of its
- * choosing (cuMemcpyHtoD: only a process that owns the memory can) and asks
- * again with PROVE and that offset; the daemon opens the handle, reads those
+ * device), or says it is bound already; the caller writes the nonce into its
+ * buffer at an offset of its choosing (cuMemcpyHtoD: only a process that owns
+ * the memory can) and asks again with PROVE, that offset and the nonce; the
+ * daemon checks that it handed out that nonce, opens the handle, reads those
  * 16 bytes back and, if they are the nonce, binds (process, handle, device).
+ * Several threads may bind buffers of one allocation at once: a binding keeps
+ * up to GPU_BIND_PENDING nonces open, and each is good for one proof.
  * A load is done only for a bound triple (-EPERM otherwise). A forger gets
  * nonces for its own process only, and cannot write them into memory it does
  * not own: it passes only if the victim's bytes happen to equal a random
@@ -40,14 +43,21 @@
  * this is room for hundreds of loaders at once; the cost is 120 bytes each. */
 #define GPU_BIND_MAX 1024
 
+/* Challenges a binding keeps open at once: the threads of one loader may bind
+ * buffers of one allocation (a caching allocator's segment) concurrently,
+ * each with its own nonce; beyond this many the oldest is forgotten (its
+ * proof then fails with -EPERM). */
+#define GPU_BIND_PENDING 32
+
 struct gpu_bind {
-	struct gpu_bind *next;			   /* guarded by g->lock */
-	pid_t tgid;				   /* the process */
-	int dev;				   /* index into g->devs */
-	unsigned char handle[GPU_IPC_HANDLE_SIZE]; /* the allocation */
-	unsigned char nonce[GPU_BIND_NONCE_SIZE];  /* last challenge; all zero once used */
-	bool proven;				   /* loads are allowed */
-	uint64_t used_ns;			   /* mcfs_now_ns() of the last use */
+	struct gpu_bind *next;					      /* guarded by g->lock */
+	pid_t tgid;						      /* the process */
+	int dev;						      /* index into g->devs */
+	unsigned char handle[GPU_IPC_HANDLE_SIZE];		      /* the allocation */
+	unsigned char pending[GPU_BIND_PENDING][GPU_BIND_NONCE_SIZE]; /* all zero: free */
+	unsigned next_pending; /* slot of the next challenge */
+	bool proven;	       /* loads are allowed */
+	uint64_t used_ns;      /* mcfs_now_ns() of the last use */
 };
 
 static bool process_gone(pid_t pid)
@@ -126,17 +136,18 @@ bool gpu_bound(struct gpu *g, pid_t tgid, const unsigned char *handle, int dev)
 	return ok;
 }
 
-/* A fresh nonce for (tgid, handle, dev) in @nonce. 0, or -ENOMEM / -EIO. */
+/* A fresh nonce for (tgid, handle, dev) in @nonce, or *@bound when the
+ * process is bound already (no nonce then). 0, or -ENOMEM / -EIO. */
 static int challenge(struct gpu *g, pid_t tgid, const unsigned char *handle, int dev,
-		     unsigned char *nonce)
+		     unsigned char *nonce, bool *bound)
 {
+	static const unsigned char zero[GPU_BIND_NONCE_SIZE];
 	struct gpu_bind *b, *fresh = NULL;
-	unsigned char zero[GPU_BIND_NONCE_SIZE] = {0};
 
 	do {
 		if (getrandom(nonce, GPU_BIND_NONCE_SIZE, 0) != GPU_BIND_NONCE_SIZE)
 			return -EIO;
-	} while (!memcmp(nonce, zero, sizeof(zero))); /* all zero means "used" */
+	} while (!memcmp(nonce, zero, sizeof(zero))); /* all zero means "free" */
 	fresh = calloc(1, sizeof(*fresh));
 	if (!fresh)
 		return -ENOMEM;
@@ -154,13 +165,31 @@ static int challenge(struct gpu *g, pid_t tgid, const unsigned char *handle, int
 		g->binds = b;
 		g->nbinds++;
 	}
-	/* a proven binding stays proven: another thread of the process may be
-	 * loading into the buffer while this one asks again */
-	memcpy(b->nonce, nonce, sizeof(b->nonce));
+	*bound = b->proven;
+	if (!b->proven) {
+		memcpy(b->pending[b->next_pending], nonce, GPU_BIND_NONCE_SIZE);
+		b->next_pending = (b->next_pending + 1) % GPU_BIND_PENDING;
+	}
 	b->used_ns = mcfs_now_ns();
 	pthread_mutex_unlock(&g->lock);
 	free(fresh);
+	if (*bound)
+		memset(nonce, 0, GPU_BIND_NONCE_SIZE);
 	return 0;
+}
+
+/* The pending slot of (tgid, handle, dev) that holds @nonce, or -1. Under g->lock. */
+static int pending_slot(struct gpu *g, const struct gpu_load_req *req, int dev,
+			const unsigned char *nonce, struct gpu_bind **out)
+{
+	struct gpu_bind *b = find(g, req->owner, req->ipc_handle, dev);
+	unsigned i;
+
+	*out = b;
+	for (i = 0; b && i < GPU_BIND_PENDING; i++)
+		if (!memcmp(b->pending[i], nonce, GPU_BIND_NONCE_SIZE))
+			return (int)i;
+	return -1;
 }
 
 /* Reads GPU_BIND_NONCE_SIZE bytes at @off of the allocation of @handle on
@@ -189,32 +218,34 @@ static int read_proof(struct gpu *g, const struct gpu_load_req *req, int dev, un
 	return 0;
 }
 
-/* Checks the proof at req->dst_offset against the last nonce. 0 or -EPERM. */
-static int prove(struct gpu *g, const struct gpu_load_req *req, int dev)
+/* Checks that @nonce is a pending challenge of the caller's binding and that
+ * the buffer holds it at req->dst_offset. 0 (bound) or -EPERM. */
+static int prove(struct gpu *g, const struct gpu_load_req *req, int dev, const unsigned char *nonce)
 {
-	unsigned char want[GPU_BIND_NONCE_SIZE], got[GPU_BIND_NONCE_SIZE];
-	unsigned char zero[GPU_BIND_NONCE_SIZE] = {0};
+	static const unsigned char zero[GPU_BIND_NONCE_SIZE];
+	unsigned char got[GPU_BIND_NONCE_SIZE];
 	struct gpu_bind *b;
-	int rc;
+	int rc, slot;
 
+	if (!memcmp(nonce, zero, sizeof(zero)))
+		return -EPERM;
 	pthread_mutex_lock(&g->lock);
-	b = find(g, req->owner, req->ipc_handle, dev);
-	if (b)
-		memcpy(want, b->nonce, sizeof(want));
+	slot = pending_slot(g, req, dev, nonce, &b);
 	pthread_mutex_unlock(&g->lock);
-	if (!b || !memcmp(want, zero, sizeof(zero))) {
-		MCFS_WARN("gpu: process %d sent a bind proof without a challenge first",
-			  req->owner);
+	if (slot < 0) {
+		MCFS_WARN("gpu: process %d sent a bind proof for a nonce it was not given (or "
+			  "one of over %d challenges at once)",
+			  req->owner, GPU_BIND_PENDING);
 		return -EPERM;
 	}
 	rc = read_proof(g, req, dev, got);
 	if (rc < 0)
 		return rc;
 	pthread_mutex_lock(&g->lock);
-	b = find(g, req->owner, req->ipc_handle, dev);
-	rc = b && !memcmp(got, want, sizeof(want)) ? 0 : -EPERM;
-	if (b && !memcmp(b->nonce, want, sizeof(want)))
-		memset(b->nonce, 0, sizeof(b->nonce)); /* one proof per challenge */
+	slot = pending_slot(g, req, dev, nonce, &b);
+	if (slot >= 0)
+		memset(b->pending[slot], 0, GPU_BIND_NONCE_SIZE); /* one proof per nonce */
+	rc = slot >= 0 && !memcmp(got, nonce, GPU_BIND_NONCE_SIZE) ? 0 : -EPERM;
 	if (rc == 0)
 		b->proven = true;
 	pthread_mutex_unlock(&g->lock);
@@ -226,7 +257,8 @@ static int prove(struct gpu *g, const struct gpu_load_req *req, int dev)
 	return rc;
 }
 
-int gpu_bind(struct gpu *g, const struct gpu_load_req *req, bool proof, unsigned char *nonce)
+int gpu_bind(struct gpu *g, const struct gpu_load_req *req, bool proof, unsigned char *nonce,
+	     bool *bound)
 {
 	cudaError_t err;
 	int dev;
@@ -238,12 +270,13 @@ int gpu_bind(struct gpu *g, const struct gpu_load_req *req, bool proof, unsigned
 	dev = gpu_find_dev(g, req);
 	if (dev < 0)
 		return dev;
+	*bound = false;
 	if (!proof)
-		return challenge(g, req->owner, req->ipc_handle, dev, nonce);
+		return challenge(g, req->owner, req->ipc_handle, dev, nonce, bound);
 	if (atomic_load(&g->devs[dev].broken))
 		return -ENODEV;
 	err = cudaSetDevice(g->devs[dev].ordinal); /* FUSE worker threads start with none */
 	if (err != cudaSuccess)
 		return gpu_errno(err);
-	return prove(g, req, dev);
+	return prove(g, req, dev, nonce);
 }

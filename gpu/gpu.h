@@ -79,15 +79,17 @@ struct gpu_load_req {
  * buffer req names (ipc_handle, device), so that its loads into that buffer
  * are done: gpu_load() refuses -EPERM for a process that is not bound.
  * Without @proof: fills @nonce (GPU_BIND_NONCE_SIZE bytes) with a fresh
- * random challenge for (process, handle, device). With @proof: the process
- * has written that nonce at req->dst_offset of the allocation; the daemon
- * opens the handle and reads it back: 0 binds, -EPERM if the bytes there are
- * not the last nonce (or none was asked for), -EOVERFLOW if the 16 bytes lie
- * past the allocation, -ENXIO if the handle does not open, -ENODEV without a
- * usable device. A binding lasts until the process is gone.
+ * random challenge for (process, handle, device), or sets *@bound (and zeroes
+ * @nonce) when the process is bound already. With @proof: @nonce is a
+ * challenge the process was given, which it has written at req->dst_offset
+ * of the allocation; the daemon opens the handle and reads it back: 0 binds,
+ * -EPERM if @nonce was not handed out (or is used) or the bytes there differ,
+ * -EOVERFLOW if the 16 bytes lie past the allocation, -ENXIO if the handle
+ * does not open, -ENODEV without a usable device. A binding lasts until the
+ * process is gone.
  */
 MCFS_MUST_CHECK int gpu_bind(struct gpu *g, const struct gpu_load_req *req, bool proof,
-			     unsigned char *nonce);
+			     unsigned char *nonce, bool *bound);
 
 /* Per-load results. The times say where a slow load waited (the debug log
  * prints them): opening the caller's IPC handle, blocks not in the RAM tier

@@ -68,8 +68,10 @@ int gpu_load(struct gpu *g, struct cache_file *f, const struct gpu_load_req *req
 	return -ENODEV;
 }
 
-int gpu_bind(struct gpu *g, const struct gpu_load_req *req, bool proof, unsigned char *nonce)
+int gpu_bind(struct gpu *g, const struct gpu_load_req *req, bool proof, unsigned char *nonce,
+	     bool *bound)
 {
+	*bound = false;
 	(void)g;
 	(void)req;
 	(void)proof;

@@ -169,6 +169,8 @@ int mcfs_bind(int fd, const struct mcfs_devbuf *buf, void *dptr, uint64_t size)
 	req.offset = buf->offset;
 	if (ioctl(fd, MCFS_IOC_BIND, &req) < 0)
 		return -errno;
+	if (req.bound)
+		return 0;
 	rc = write_device((cu_ptr)(uintptr_t)dptr, buf->device, req.nonce, sizeof(req.nonce));
 	if (rc < 0)
 		return rc;

@@ -104,12 +104,14 @@ struct mcfs_load_req {
  * handle bytes are of no use to a caller. Two calls, once per buffer (an
  * allocation and device) and process, before its first load:
  *   1. flags = 0: the daemon answers `nonce`, 16 random bytes for this
- *      process and buffer;
+ *      process and buffer (or `bound` = 1: this process is bound already,
+ *      and there is nothing more to do);
  *   2. the caller writes the nonce into its buffer at `offset` (bytes from the
  *      allocation's base; 16 bytes it is about to load into anyway), then
- *      calls again with MCFS_BIND_F_PROVE and the same offset: the daemon
- *      reads the 16 bytes back, and binds the process to the buffer if they
- *      are the nonce (EPERM if not).
+ *      calls again with MCFS_BIND_F_PROVE, the same offset and the nonce: the
+ *      daemon reads the 16 bytes back, and binds the process to the buffer if
+ *      they are the nonce it handed out (EPERM if not). Each nonce is good for
+ *      one proof; threads of one process may bind at once, each with its own.
  * The binding holds for every thread of the process until it exits. The
  * process is the caller's as the daemon's pid namespace sees it: a caller in
  * a pid namespace the daemon cannot see gets EPERM.
@@ -124,10 +126,9 @@ struct mcfs_bind_req {
 	uint8_t ipc_handle[MCFS_IPC_HANDLE_SIZE]; /* of the allocation (its base) */
 	uint8_t device_uuid[16];		  /* the buffer's GPU; all zero: use device */
 	int32_t device;				  /* ordinal, used only without a uuid */
-	uint32_t pad;				  /* 0 */
+	uint32_t bound;				  /* out (flags = 0): 1 if bound already */
 	uint64_t offset;			  /* PROVE: where the nonce was written */
-	/* out (flags = 0) */
-	uint8_t nonce[MCFS_BIND_NONCE_SIZE];
+	uint8_t nonce[MCFS_BIND_NONCE_SIZE];	  /* out (flags = 0); in (PROVE) */
 };
 
 /* Starts fetches of the blocks of [offset, offset + length) without waiting. */

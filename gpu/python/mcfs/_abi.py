@@ -75,7 +75,7 @@ class BindReq(ctypes.Structure):
         ("ipc_handle", ctypes.c_uint8 * IPC_HANDLE_SIZE),
         ("device_uuid", ctypes.c_uint8 * 16),
         ("device", ctypes.c_int32),
-        ("pad", ctypes.c_uint32),
+        ("bound", ctypes.c_uint32),
         ("offset", ctypes.c_uint64),
         ("nonce", ctypes.c_uint8 * BIND_NONCE_SIZE),
     ]
@@ -180,6 +180,8 @@ def bind(fd, db, write):
     req.device = db.device
     req.offset = db.offset
     ioctl(fd, IOC_BIND, req)
+    if req.bound:
+        return
     write(bytes(req.nonce))
     req.flags = BIND_F_PROVE
     ioctl(fd, IOC_BIND, req)

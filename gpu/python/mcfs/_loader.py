@@ -50,15 +50,16 @@ def odd_dtypes(torch, tensors):
     return sorted({t.dtype for t in tensors if torch_dtype(torch, t.dtype) is None})
 
 
-def bind_tensor(torch, fd, buf):
+def bind_tensor(torch, fd, buf, db=None):
     """Binds this process to the device memory of uint8 tensor `buf` (16
     elements at least) for loads through `fd` (MCFS_IOC_BIND): the daemon
     loads only into buffers a process shows it can write, so its nonce goes
-    to buf's first 16 bytes and is read back. Returns the buffer's
-    _cuda.DevBuf. Raises OSError (EPERM: the daemon read other bytes)."""
+    to buf's first 16 bytes and is read back. `db`: buf's _cuda.DevBuf if the
+    caller has it. Returns the DevBuf. Raises OSError (EPERM: the daemon
+    read other bytes)."""
     from ._cuda import devbuf_from_ptr
 
-    db = devbuf_from_ptr(buf.data_ptr())
+    db = db or devbuf_from_ptr(buf.data_ptr())
     stream = torch.cuda.current_stream(buf.device)
     stream.synchronize()
 
@@ -87,8 +88,9 @@ class IoctlTransport:
         from . import McfsError, _load_error
 
         if self._db_ptr != buf.data_ptr():
+            db = devbuf_from_ptr(buf.data_ptr())  # its errors say what memory can't be used
             try:
-                db = bind_tensor(self.torch, self.fd, buf)
+                bind_tensor(self.torch, self.fd, buf, db)
             except OSError as e:
                 raise _load_error(self.path, e) from None
             self._db, self._db_ptr = db, buf.data_ptr()
@@ -168,7 +170,10 @@ def load_tensors(torch, transport, header, tensors, device, arena_bytes=None):
         room = torch.empty(max(t.end - t.begin, _abi.BIND_NONCE_SIZE), dtype=torch.uint8,
                            device=device)
         transport.fill(room, [(header.data_offset + t.begin, t.end - t.begin, 0)], True)
-        raw = room[:t.end - t.begin]
+        raw = room
+        if room.numel() > t.end - t.begin:  # a tensor of its own size, as safetensors gives
+            raw = torch.empty(t.end - t.begin, dtype=torch.uint8, device=device)
+            raw.copy_(room[:t.end - t.begin])
         out[t.name] = raw.view(torch_dtype(torch, t.dtype)).view(t.shape)
     elif todo:
         biggest = max(t.end - t.begin for t in todo)
