@@ -254,13 +254,13 @@ void *cache_disk_writer(void *arg)
 {
 	struct cache_disk *d = arg;
 	struct io_uring ring;
-	struct batch *b = calloc(1, sizeof(*b));
+	struct batch b = {0}; /* one batch at a time, on this thread's stack (about 2 KiB) */
 	uint64_t last_sync = mcfs_now_ns();
 	bool unsynced = false, ring_ok;
 	struct timespec ts;
 
 	pthread_setname_np(pthread_self(), "mcfs-diskwr");
-	ring_ok = b && io_uring_queue_init(WB_RING_DEPTH, &ring, 0) == 0;
+	ring_ok = io_uring_queue_init(WB_RING_DEPTH, &ring, 0) == 0;
 	if (!ring_ok)
 		MCFS_ERR("disk tier %s: cannot set up the writer's io_uring: write-behind off",
 			 d->path);
@@ -276,18 +276,20 @@ void *cache_disk_writer(void *arg)
 			deadline_in(&ts, SYNC_INTERVAL_NS);
 			pthread_cond_timedwait(&d->work, &d->lock, &ts);
 		}
-		if (d->qlen && ring_ok) {
-			take_jobs(d, b);
+		if (d->qlen) {
+			/* Without a ring d->full is set: the jobs queued before it get
+			 * no slot, so nothing touches the ring, and done() is called. */
+			take_jobs(d, &b);
 			pthread_mutex_unlock(&d->lock);
-			run_batch(d, &ring, b);
+			run_batch(d, ring_ok ? &ring : NULL, &b);
 			unsynced = true;
 			pthread_mutex_lock(&d->lock);
-			d->writing -= (unsigned)b->n;
+			d->writing -= (unsigned)b.n;
 			pthread_cond_broadcast(&d->drained);
 		} else if (d->ndirty) {
-			b->n = b->ndel = 0;
+			b.n = b.ndel = 0;
 			pthread_mutex_unlock(&d->lock);
-			publish(d, b);
+			publish(d, &b);
 			unsynced = true;
 			pthread_mutex_lock(&d->lock);
 		}
@@ -305,7 +307,6 @@ void *cache_disk_writer(void *arg)
 	pthread_mutex_unlock(&d->lock);
 	if (ring_ok)
 		io_uring_queue_exit(&ring);
-	free(b);
 	return NULL;
 }
 
