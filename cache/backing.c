@@ -109,17 +109,16 @@ static void remove_entry(struct cache_backing *bk, struct bfile *e)
 /*
  * Makes room for @need bytes: drops unpinned ready files, those of @path's
  * other versions first (superseded), then the least recently used while
- * over the limit. The entries dropped go to @gone (up to @max) for the
- * caller to unlink; returns their count. Lock held.
+ * over the limit, as many as that takes (or all there are). Returns the
+ * entries dropped, linked through next, for the caller to unlink with
+ * free_entries(). Lock held.
  */
-static int make_room(struct cache_backing *bk, const char *path, uint64_t need, struct bfile **gone,
-		     int max)
+static struct bfile *make_room(struct cache_backing *bk, const char *path, uint64_t need)
 {
-	struct bfile *e, *victim;
-	int n = 0;
+	struct bfile *e, *victim, *gone = NULL;
 
 	MCFS_ASSERT_HELD(&bk->lock);
-	while (n < max) {
+	for (;;) {
 		victim = NULL;
 		for (e = bk->files; e; e = e->next) {
 			if (e->state != B_READY || e->pins)
@@ -135,19 +134,22 @@ static int make_room(struct cache_backing *bk, const char *path, uint64_t need, 
 		if (!victim)
 			break;
 		remove_entry(bk, victim);
-		gone[n++] = victim;
+		victim->next = gone;
+		gone = victim;
 	}
-	return n;
+	return gone;
 }
 
-static void free_entries(struct cache_backing *bk, struct bfile **gone, int n)
+/* Unlinks and frees entries taken off the list, linked through next. No lock held. */
+static void free_entries(struct cache_backing *bk, struct bfile *gone)
 {
-	int i;
+	struct bfile *next;
 
-	for (i = 0; i < n; i++) {
-		unlink_name(bk, gone[i]->name);
-		free(gone[i]->path);
-		free(gone[i]);
+	for (; gone; gone = next) {
+		next = gone->next;
+		unlink_name(bk, gone->name);
+		free(gone->path);
+		free(gone);
 	}
 }
 
@@ -214,14 +216,14 @@ static int open_ready(struct cache_backing *bk, const char *name, int *fd)
 
 /* An entry being built for @f, if room can be made; NULL with *rc set if not. Lock held. */
 static struct bfile *new_entry(struct cache *c, struct cache_backing *bk, struct cache_file *f,
-			       struct bfile **gone, int *ngone, int *rc)
+			       struct bfile **gone, int *rc)
 {
 	struct cache_meta_key k;
 	struct bfile *e;
 	int i;
 
 	MCFS_ASSERT_HELD(&bk->lock);
-	*ngone = make_room(bk, f->path, f->size, gone, 16);
+	*gone = make_room(bk, f->path, f->size);
 	if (bk->used + f->size > bk->limit) {
 		*rc = -ENOSPC; /* the rest is pinned, or the file is larger than the limit */
 		return NULL;
@@ -250,9 +252,9 @@ static struct bfile *new_entry(struct cache *c, struct cache_backing *bk, struct
 int cache_backing_get(struct cache *c, struct cache_file *f, int *fd)
 {
 	struct cache_backing *bk = c->backing;
-	struct bfile *e, *gone[16];
+	struct bfile *e, *gone = NULL;
 	char name[sizeof(e->name)];
-	int ngone = 0, rc = 0;
+	int rc = 0;
 
 	if (!bk || f->size == 0)
 		return -ENOENT;
@@ -281,9 +283,9 @@ int cache_backing_get(struct cache *c, struct cache_file *f, int *fd)
 		pthread_mutex_unlock(&bk->lock);
 		return cache_backing_get(c, f, fd);
 	}
-	e = new_entry(c, bk, f, gone, &ngone, &rc);
+	e = new_entry(c, bk, f, &gone, &rc);
 	pthread_mutex_unlock(&bk->lock);
-	free_entries(bk, gone, ngone);
+	free_entries(bk, gone);
 	if (!e)
 		return rc;
 
@@ -334,11 +336,12 @@ void cache_backing_put(struct cache *c, struct cache_file *f)
 	e = find(bk, f);
 	if (e && e->pins > 0 && --e->pins == 0 && e->doomed) {
 		remove_entry(bk, e);
+		e->next = NULL;
 		drop = true;
 	}
 	pthread_mutex_unlock(&bk->lock);
 	if (drop)
-		free_entries(bk, &e, 1);
+		free_entries(bk, e);
 }
 
 uint64_t cache_backing_evict_path(struct cache *c, const char *path)
@@ -364,10 +367,7 @@ uint64_t cache_backing_evict_path(struct cache *c, const char *path)
 		gone = e;
 	}
 	pthread_mutex_unlock(&bk->lock);
-	for (e = gone; e; e = next) {
-		next = e->next;
-		free_entries(bk, &e, 1);
-	}
+	free_entries(bk, gone);
 	return bytes;
 }
 
