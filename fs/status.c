@@ -127,11 +127,15 @@ static void print_status(const char *mnt, const struct fs_stats *st)
 		       mcfs_fmt_bytes(st->fuse_max_request, a, sizeof(a)),
 		       st->fuse_io_uring ? "on" : "off");
 	printf("  passthrough: %s; %llu opens, %llu fell back to the cache; %llu backing files "
-	       "(%s), %llu built\n",
+	       "(%s), %llu built",
 	       st->passthrough ? "on" : "off", (unsigned long long)st->passthrough_opens,
 	       (unsigned long long)st->passthrough_fallbacks, (unsigned long long)cs->backing_files,
 	       mcfs_fmt_bytes(cs->backing_bytes, a, sizeof(a)),
 	       (unsigned long long)cs->backing_builds);
+	if (cs->backing_build_errors)
+		printf(", %llu FAILED to build (see the daemon's log)",
+		       (unsigned long long)cs->backing_build_errors);
+	printf("\n");
 	if (st->inode_renumbers || st->inodes_retired)
 		printf("  renumbered: %llu files replaced in the store while open with passthrough "
 		       "(new inode numbers); %llu old inodes still held by their opens\n",
