@@ -200,7 +200,10 @@ static int evict_one(const char *path, struct evict_totals *t)
 	if (len < 0) {
 		MCFS_ERR("evict: %s: %s", path,
 			 errno == ENODATA || errno == ENOTSUP ? "not a file on an mcfs mount"
-							      : strerror(errno));
+			 : errno == EPERM ? "not permitted: only the node's admin may evict "
+					    "(CAP_SYS_ADMIN in the daemon's user namespace, or the "
+					    "daemon's own user when it is not root)"
+					  : strerror(errno));
 		t->errors++;
 		return -1;
 	}
