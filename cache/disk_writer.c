@@ -105,8 +105,9 @@ static void take_jobs(struct cache_disk *d, struct batch *b)
 	pthread_cond_broadcast(&d->drained); /* room in the queue (cache_disk_write) */
 }
 
-/* Logs the first ENOSPC and stops write-behind. No lock held. */
-static void went_full(struct cache_disk *d, const char *what)
+/* Logs the first ENOSPC and stops write-behind; @why: what is full (NULL:
+ * the cache filesystem). No lock held. */
+static void went_full(struct cache_disk *d, const char *what, const char *why)
 {
 	bool first;
 
@@ -116,9 +117,9 @@ static void went_full(struct cache_disk *d, const char *what)
 	d->full = true;
 	pthread_mutex_unlock(&d->lock);
 	if (first)
-		MCFS_ERR("disk tier %s: %s: no space left on the cache filesystem; "
-			 "continuing RAM-only (blocks already on disk are still served)",
-			 d->path, what);
+		MCFS_ERR("disk tier %s: %s: %s; continuing RAM-only (blocks already on disk are "
+			 "still served)",
+			 d->path, what, why ? why : "no space left on the cache filesystem");
 }
 
 /* Step 3 for one job. No lock held. */
@@ -138,7 +139,7 @@ static int write_one(struct cache_disk *d, struct io_uring *ring, struct batch *
 		rc = cache_disk_rw(d, ring, true, i, (char *)b->jobs[j].data, b->jobs[j].len);
 	}
 	if (rc == -ENOSPC || rc == -EDQUOT)
-		went_full(d, "writing a block");
+		went_full(d, "writing a block", NULL);
 	else if (rc < 0)
 		MCFS_ERR("disk tier %s: writing slot %u: %s", d->path, i, strerror(-rc));
 	return rc;
@@ -150,6 +151,7 @@ static void publish(struct cache_disk *d, struct batch *b)
 	struct cache_meta_key *keys;
 	struct cache_meta_block *vals;
 	size_t j, n = 0, cap;
+	char why[256];
 	uint32_t i;
 	int rc;
 
@@ -195,9 +197,11 @@ static void publish(struct cache_disk *d, struct batch *b)
 	pthread_mutex_unlock(&d->lock);
 	rc = n ? cache_meta_blocks_update(d->meta, NULL, 0, keys, vals, n) : 0;
 	if (rc == -ENOSPC)
-		went_full(d, "recording blocks in the index");
+		went_full(d, "recording blocks in the index",
+			  cache_meta_strerror(d->meta, rc, why, sizeof(why)));
 	else if (rc < 0)
-		MCFS_ERR("disk tier: recording %zu blocks in the index: %s", n, strerror(-rc));
+		MCFS_ERR("disk tier: recording %zu blocks in the index: %s", n,
+			 cache_meta_strerror(d->meta, rc, why, sizeof(why)));
 	/* On failure the blocks stay usable until restart, then read as misses. */
 	free(keys);
 	free(vals);
@@ -206,6 +210,7 @@ static void publish(struct cache_disk *d, struct batch *b)
 /* Runs one batch (steps 2-5). No lock held. */
 static void run_batch(struct cache_disk *d, struct io_uring *ring, struct batch *b)
 {
+	char why[256];
 	size_t j;
 	int rc = 0;
 
@@ -213,10 +218,11 @@ static void run_batch(struct cache_disk *d, struct io_uring *ring, struct batch 
 	if (b->ndel) {
 		rc = cache_meta_blocks_update(d->meta, b->dels, b->ndel, NULL, NULL, 0);
 		if (rc == -ENOSPC)
-			went_full(d, "evicting from the index");
+			went_full(d, "evicting from the index",
+				  cache_meta_strerror(d->meta, rc, why, sizeof(why)));
 		else if (rc < 0)
 			MCFS_ERR("disk tier: evicting %zu blocks from the index: %s", b->ndel,
-				 strerror(-rc));
+				 cache_meta_strerror(d->meta, rc, why, sizeof(why)));
 	}
 	for (j = 0; j < b->n; j++) {
 		if (b->slot[j] != DNIL)
@@ -258,6 +264,8 @@ void *cache_disk_writer(void *arg)
 	uint64_t last_sync = mcfs_now_ns();
 	bool unsynced = false, ring_ok;
 	struct timespec ts;
+	char why[256];
+	int rc;
 
 	pthread_setname_np(pthread_self(), "mcfs-diskwr");
 	ring_ok = io_uring_queue_init(WB_RING_DEPTH, &ring, 0) == 0;
@@ -295,8 +303,10 @@ void *cache_disk_writer(void *arg)
 		}
 		if (unsynced && (d->stopping || mcfs_now_ns() - last_sync >= SYNC_INTERVAL_NS)) {
 			pthread_mutex_unlock(&d->lock);
-			if (cache_meta_sync(d->meta) < 0)
-				MCFS_WARN("disk tier: syncing the index failed");
+			rc = cache_meta_sync(d->meta);
+			if (rc < 0)
+				MCFS_WARN("disk tier: syncing the index failed: %s",
+					  cache_meta_strerror(d->meta, rc, why, sizeof(why)));
 			last_sync = mcfs_now_ns();
 			unsynced = false;
 			pthread_mutex_lock(&d->lock);
