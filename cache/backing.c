@@ -23,6 +23,11 @@
  *    verified tiers at its next open.
  *  - A file handed out (pinned) is never evicted; an evicted file is
  *    unlinked, and a kernel reference still open on it keeps its inode.
+ *  - A build that fails is logged and counted once: the version keeps a
+ *    FAILED entry (no bytes), so its later opens read through the cache at
+ *    once, without another copy that would fail the same way, until `mcfs
+ *    evict` of the path, a new version of it, or a restart. At most
+ *    BACKING_FAILED_MAX versions are remembered, the oldest forgotten first.
  *
  * Lock: bk->lock (leaf) guards the list, the entries and the counters; it is
  * never held across I/O or a call into the rest of the cache. The built
@@ -43,7 +48,11 @@
 enum bstate {
 	B_BUILDING, /* being written under its temporary name */
 	B_READY,    /* complete under its final name */
+	B_FAILED,   /* its build failed (err): no file, no bytes counted */
 };
+
+/* Failed versions remembered: each logs once; about 300 bytes each. */
+#define BACKING_FAILED_MAX 1024
 
 /* One version's backing file. All fields guarded by bk->lock. */
 struct bfile {
@@ -54,6 +63,7 @@ struct bfile {
 	uint64_t size;			 /* bytes; counted in bk->used */
 	uint64_t last_use;		 /* mcfs_now_ns() of the last hand-out */
 	unsigned pins;			 /* hand-outs not yet put back */
+	int err;			 /* B_FAILED: the build's negative errno */
 	bool doomed;			 /* evicted while pinned: unlink at the last put */
 	enum bstate state;
 };
@@ -62,11 +72,13 @@ struct cache_backing {
 	pthread_mutex_t lock;
 	pthread_cond_t built; /* a build ended (ready or failed) */
 	char dir[CFG_STR_MAX + 160];
-	uint64_t limit;	     /* bytes all backing files may hold */
-	uint64_t used;	     /* guarded by lock: bytes of entries (building and ready) */
-	struct bfile *files; /* guarded by lock */
-	uint64_t builds;     /* guarded by lock: files built */
-	uint64_t nready;     /* guarded by lock: READY entries */
+	uint64_t limit;	       /* bytes all backing files may hold */
+	uint64_t used;	       /* guarded by lock: bytes of entries (building and ready) */
+	struct bfile *files;   /* guarded by lock */
+	uint64_t builds;       /* guarded by lock: files built */
+	uint64_t build_errors; /* guarded by lock: builds that failed */
+	unsigned nfailed;      /* guarded by lock: B_FAILED entries */
+	uint64_t nready;       /* guarded by lock: READY entries */
 	uint64_t ready_bytes;
 };
 
@@ -100,6 +112,8 @@ static void remove_entry(struct cache_backing *bk, struct bfile *e)
 		pp = &(*pp)->next;
 	*pp = e->next;
 	bk->used -= e->size;
+	if (e->state == B_FAILED)
+		bk->nfailed--;
 	if (e->state == B_READY) {
 		bk->nready--;
 		bk->ready_bytes -= e->size;
@@ -109,45 +123,48 @@ static void remove_entry(struct cache_backing *bk, struct bfile *e)
 /*
  * Makes room for @need bytes: drops unpinned ready files, those of @path's
  * other versions first (superseded), then the least recently used while
- * over the limit. The entries dropped go to @gone (up to @max) for the
- * caller to unlink; returns their count. Lock held.
+ * over the limit, as many as that takes (or all there are). Returns the
+ * entries dropped, linked through next, for the caller to unlink with
+ * free_entries(). Lock held.
  */
-static int make_room(struct cache_backing *bk, const char *path, uint64_t need, struct bfile **gone,
-		     int max)
+static struct bfile *make_room(struct cache_backing *bk, const char *path, uint64_t need)
 {
-	struct bfile *e, *victim;
-	int n = 0;
+	struct bfile *e, *victim, *gone = NULL;
 
 	MCFS_ASSERT_HELD(&bk->lock);
-	while (n < max) {
+	for (;;) {
 		victim = NULL;
 		for (e = bk->files; e; e = e->next) {
-			if (e->state != B_READY || e->pins)
+			if (e->state == B_BUILDING || e->pins)
 				continue;
 			if (strcmp(e->path, path) == 0) {
 				victim = e;
 				break;
 			}
-			if (bk->used + need > bk->limit &&
+			if (e->state == B_READY && bk->used + need > bk->limit &&
 			    (!victim || e->last_use < victim->last_use))
 				victim = e;
 		}
 		if (!victim)
 			break;
 		remove_entry(bk, victim);
-		gone[n++] = victim;
+		victim->next = gone;
+		gone = victim;
 	}
-	return n;
+	return gone;
 }
 
-static void free_entries(struct cache_backing *bk, struct bfile **gone, int n)
+/* Unlinks and frees entries taken off the list, linked through next. No lock held. */
+static void free_entries(struct cache_backing *bk, struct bfile *gone)
 {
-	int i;
+	struct bfile *next;
 
-	for (i = 0; i < n; i++) {
-		unlink_name(bk, gone[i]->name);
-		free(gone[i]->path);
-		free(gone[i]);
+	for (; gone; gone = next) {
+		next = gone->next;
+		if (gone->state != B_FAILED)
+			unlink_name(bk, gone->name);
+		free(gone->path);
+		free(gone);
 	}
 }
 
@@ -202,6 +219,33 @@ static int build(struct cache *c, struct cache_backing *bk, struct cache_file *f
 	return rc;
 }
 
+/*
+ * Turns @e, whose build failed with @rc, into a FAILED entry, and forgets the
+ * oldest failure when more than BACKING_FAILED_MAX are remembered. Returns
+ * the entry forgotten (for free_entries()), or NULL. Lock held.
+ */
+static struct bfile *failed(struct cache_backing *bk, struct bfile *e, int rc)
+{
+	struct bfile *old = NULL, *x;
+
+	MCFS_ASSERT_HELD(&bk->lock);
+	bk->used -= e->size;
+	e->size = 0;
+	e->state = B_FAILED;
+	e->err = rc;
+	e->pins = 0;
+	e->last_use = mcfs_now_ns();
+	bk->build_errors++;
+	if (++bk->nfailed <= BACKING_FAILED_MAX)
+		return NULL;
+	for (x = bk->files; x; x = x->next)
+		if (x->state == B_FAILED && (!old || x->last_use < old->last_use))
+			old = x;
+	remove_entry(bk, old);
+	old->next = NULL;
+	return old;
+}
+
 /* Opens @e's file read-only into *fd. No lock held. */
 static int open_ready(struct cache_backing *bk, const char *name, int *fd)
 {
@@ -214,14 +258,14 @@ static int open_ready(struct cache_backing *bk, const char *name, int *fd)
 
 /* An entry being built for @f, if room can be made; NULL with *rc set if not. Lock held. */
 static struct bfile *new_entry(struct cache *c, struct cache_backing *bk, struct cache_file *f,
-			       struct bfile **gone, int *ngone, int *rc)
+			       struct bfile **gone, int *rc)
 {
 	struct cache_meta_key k;
 	struct bfile *e;
 	int i;
 
 	MCFS_ASSERT_HELD(&bk->lock);
-	*ngone = make_room(bk, f->path, f->size, gone, 16);
+	*gone = make_room(bk, f->path, f->size);
 	if (bk->used + f->size > bk->limit) {
 		*rc = -ENOSPC; /* the rest is pinned, or the file is larger than the limit */
 		return NULL;
@@ -250,9 +294,9 @@ static struct bfile *new_entry(struct cache *c, struct cache_backing *bk, struct
 int cache_backing_get(struct cache *c, struct cache_file *f, int *fd)
 {
 	struct cache_backing *bk = c->backing;
-	struct bfile *e, *gone[16];
+	struct bfile *e, *gone = NULL, *forgot = NULL;
 	char name[sizeof(e->name)];
-	int ngone = 0, rc = 0;
+	int rc = 0;
 
 	if (!bk || f->size == 0)
 		return -ENOENT;
@@ -260,6 +304,11 @@ int cache_backing_get(struct cache *c, struct cache_file *f, int *fd)
 	/* Sleeps on bk->built (bk->lock) while another open builds this version. */
 	while ((e = find(bk, f)) != NULL && e->state == B_BUILDING)
 		pthread_cond_wait(&bk->built, &bk->lock);
+	if (e && e->state == B_FAILED) { /* logged when it failed */
+		rc = e->err;
+		pthread_mutex_unlock(&bk->lock);
+		return rc;
+	}
 	if (e) { /* doomed too: unlinked at its last put, but whole until then */
 		e->pins++;
 		e->last_use = mcfs_now_ns();
@@ -277,13 +326,13 @@ int cache_backing_get(struct cache *c, struct cache_file *f, int *fd)
 		return -ENOENT;
 	pthread_mutex_lock(&bk->lock);
 	e = find(bk, f);
-	if (e) { /* another open started it meanwhile: take its result */
+	if (e) { /* another open started it, or failed it, meanwhile: take its result */
 		pthread_mutex_unlock(&bk->lock);
 		return cache_backing_get(c, f, fd);
 	}
-	e = new_entry(c, bk, f, gone, &ngone, &rc);
+	e = new_entry(c, bk, f, &gone, &rc);
 	pthread_mutex_unlock(&bk->lock);
-	free_entries(bk, gone, ngone);
+	free_entries(bk, gone);
 	if (!e)
 		return rc;
 
@@ -297,15 +346,15 @@ int cache_backing_get(struct cache *c, struct cache_file *f, int *fd)
 		bk->ready_bytes += e->size;
 		snprintf(name, sizeof(name), "%s", e->name);
 	} else {
-		remove_entry(bk, e);
+		forgot = failed(bk, e, rc);
 	}
 	pthread_cond_broadcast(&bk->built);
 	pthread_mutex_unlock(&bk->lock);
 	if (rc < 0) {
-		MCFS_WARN("backing file for %s (%s): %s; its opens read through the cache", f->path,
-			  f->version, strerror(-rc));
-		free(e->path);
-		free(e);
+		MCFS_WARN("backing file for %s (%s): %s; its opens read through the cache (not "
+			  "built again for this version until `mcfs evict` of the path)",
+			  f->path, f->version, strerror(-rc));
+		free_entries(bk, forgot);
 		return rc;
 	}
 	/* The page cache of the backing file holds the bytes now (buffered
@@ -334,11 +383,12 @@ void cache_backing_put(struct cache *c, struct cache_file *f)
 	e = find(bk, f);
 	if (e && e->pins > 0 && --e->pins == 0 && e->doomed) {
 		remove_entry(bk, e);
+		e->next = NULL;
 		drop = true;
 	}
 	pthread_mutex_unlock(&bk->lock);
 	if (drop)
-		free_entries(bk, &e, 1);
+		free_entries(bk, e);
 }
 
 uint64_t cache_backing_evict_path(struct cache *c, const char *path)
@@ -352,9 +402,9 @@ uint64_t cache_backing_evict_path(struct cache *c, const char *path)
 	pthread_mutex_lock(&bk->lock);
 	for (e = bk->files; e; e = next) {
 		next = e->next;
-		if (strcmp(e->path, path) != 0 || e->state != B_READY)
+		if (strcmp(e->path, path) != 0 || e->state == B_BUILDING)
 			continue;
-		bytes += e->size;
+		bytes += e->size; /* 0 for a failure forgotten: the next open builds again */
 		if (e->pins) {
 			e->doomed = true; /* unlinked at the last put */
 			continue;
@@ -364,10 +414,7 @@ uint64_t cache_backing_evict_path(struct cache *c, const char *path)
 		gone = e;
 	}
 	pthread_mutex_unlock(&bk->lock);
-	for (e = gone; e; e = next) {
-		next = e->next;
-		free_entries(bk, &e, 1);
-	}
+	free_entries(bk, gone);
 	return bytes;
 }
 
@@ -381,6 +428,7 @@ void cache_backing_stats(struct cache *c, struct cache_stats *out)
 	out->backing_files = bk->nready;
 	out->backing_bytes = bk->ready_bytes;
 	out->backing_builds = bk->builds;
+	out->backing_build_errors = bk->build_errors;
 	pthread_mutex_unlock(&bk->lock);
 }
 

@@ -334,7 +334,9 @@ void cache_evict_file(struct cache *c, struct cache_file *f, struct cache_evicte
  * successful get. Returns 0; -ENOENT when there is none and none can be
  * built (no disk tier, a block missing, an empty file); -ENOSPC when the
  * backing files' share of disk_cache is pinned; or the error of the build
- * (logged; -ESTALE when the file changed in the store). Threads: any, with
+ * (-ESTALE when the file changed in the store), logged and counted once per
+ * version: later gets of that version return it at once, without building
+ * again, until cache_evict_file() of its path. Threads: any, with
  * no lock of the caller's held (it may do I/O for seconds).
  */
 MCFS_MUST_CHECK int cache_backing_get(struct cache *c, struct cache_file *f, int *fd);

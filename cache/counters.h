@@ -227,7 +227,11 @@ enum cache_counter_type {
 	  "opens of the old version lasted (those keep the old inode and its bytes).")             \
 	X(FS, inodes_retired, "inodes_retired", GAUGE, "inodes_retired", NULL,                     \
 	  "Inodes of replaced versions the kernel still holds (open files, or lookups not yet "    \
-	  "forgotten); each is freed at its last FORGET.")
+	  "forgotten); each is freed at its last FORGET.")                                         \
+	X(CACHE, backing_build_errors, "backing_build_errors", COUNTER,                            \
+	  "backing_build_errors_total", NULL,                                                      \
+	  "Backing files whose build failed, once per file version (logged once; its opens read "  \
+	  "through the cache).")
 /* clang-format on */
 
 /* Why there is no disk tier (disk_off_reason); cache_disk_off_text() words it. */

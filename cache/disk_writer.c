@@ -105,8 +105,9 @@ static void take_jobs(struct cache_disk *d, struct batch *b)
 	pthread_cond_broadcast(&d->drained); /* room in the queue (cache_disk_write) */
 }
 
-/* Logs the first ENOSPC and stops write-behind. No lock held. */
-static void went_full(struct cache_disk *d, const char *what)
+/* Logs the first ENOSPC and stops write-behind; @why: what is full (NULL:
+ * the cache filesystem). No lock held. */
+static void went_full(struct cache_disk *d, const char *what, const char *why)
 {
 	bool first;
 
@@ -116,9 +117,9 @@ static void went_full(struct cache_disk *d, const char *what)
 	d->full = true;
 	pthread_mutex_unlock(&d->lock);
 	if (first)
-		MCFS_ERR("disk tier %s: %s: no space left on the cache filesystem; "
-			 "continuing RAM-only (blocks already on disk are still served)",
-			 d->path, what);
+		MCFS_ERR("disk tier %s: %s: %s; continuing RAM-only (blocks already on disk are "
+			 "still served)",
+			 d->path, what, why ? why : "no space left on the cache filesystem");
 }
 
 /* Step 3 for one job. No lock held. */
@@ -138,7 +139,7 @@ static int write_one(struct cache_disk *d, struct io_uring *ring, struct batch *
 		rc = cache_disk_rw(d, ring, true, i, (char *)b->jobs[j].data, b->jobs[j].len);
 	}
 	if (rc == -ENOSPC || rc == -EDQUOT)
-		went_full(d, "writing a block");
+		went_full(d, "writing a block", NULL);
 	else if (rc < 0)
 		MCFS_ERR("disk tier %s: writing slot %u: %s", d->path, i, strerror(-rc));
 	return rc;
@@ -150,6 +151,7 @@ static void publish(struct cache_disk *d, struct batch *b)
 	struct cache_meta_key *keys;
 	struct cache_meta_block *vals;
 	size_t j, n = 0, cap;
+	char why[256];
 	uint32_t i;
 	int rc;
 
@@ -195,9 +197,11 @@ static void publish(struct cache_disk *d, struct batch *b)
 	pthread_mutex_unlock(&d->lock);
 	rc = n ? cache_meta_blocks_update(d->meta, NULL, 0, keys, vals, n) : 0;
 	if (rc == -ENOSPC)
-		went_full(d, "recording blocks in the index");
+		went_full(d, "recording blocks in the index",
+			  cache_meta_strerror(d->meta, rc, why, sizeof(why)));
 	else if (rc < 0)
-		MCFS_ERR("disk tier: recording %zu blocks in the index: %s", n, strerror(-rc));
+		MCFS_ERR("disk tier: recording %zu blocks in the index: %s", n,
+			 cache_meta_strerror(d->meta, rc, why, sizeof(why)));
 	/* On failure the blocks stay usable until restart, then read as misses. */
 	free(keys);
 	free(vals);
@@ -206,6 +210,7 @@ static void publish(struct cache_disk *d, struct batch *b)
 /* Runs one batch (steps 2-5). No lock held. */
 static void run_batch(struct cache_disk *d, struct io_uring *ring, struct batch *b)
 {
+	char why[256];
 	size_t j;
 	int rc = 0;
 
@@ -213,10 +218,11 @@ static void run_batch(struct cache_disk *d, struct io_uring *ring, struct batch 
 	if (b->ndel) {
 		rc = cache_meta_blocks_update(d->meta, b->dels, b->ndel, NULL, NULL, 0);
 		if (rc == -ENOSPC)
-			went_full(d, "evicting from the index");
+			went_full(d, "evicting from the index",
+				  cache_meta_strerror(d->meta, rc, why, sizeof(why)));
 		else if (rc < 0)
 			MCFS_ERR("disk tier: evicting %zu blocks from the index: %s", b->ndel,
-				 strerror(-rc));
+				 cache_meta_strerror(d->meta, rc, why, sizeof(why)));
 	}
 	for (j = 0; j < b->n; j++) {
 		if (b->slot[j] != DNIL)
@@ -254,13 +260,15 @@ void *cache_disk_writer(void *arg)
 {
 	struct cache_disk *d = arg;
 	struct io_uring ring;
-	struct batch *b = calloc(1, sizeof(*b));
+	struct batch b = {0}; /* one batch at a time, on this thread's stack (about 2 KiB) */
 	uint64_t last_sync = mcfs_now_ns();
 	bool unsynced = false, ring_ok;
 	struct timespec ts;
+	char why[256];
+	int rc;
 
 	pthread_setname_np(pthread_self(), "mcfs-diskwr");
-	ring_ok = b && io_uring_queue_init(WB_RING_DEPTH, &ring, 0) == 0;
+	ring_ok = io_uring_queue_init(WB_RING_DEPTH, &ring, 0) == 0;
 	if (!ring_ok)
 		MCFS_ERR("disk tier %s: cannot set up the writer's io_uring: write-behind off",
 			 d->path);
@@ -276,25 +284,29 @@ void *cache_disk_writer(void *arg)
 			deadline_in(&ts, SYNC_INTERVAL_NS);
 			pthread_cond_timedwait(&d->work, &d->lock, &ts);
 		}
-		if (d->qlen && ring_ok) {
-			take_jobs(d, b);
+		if (d->qlen) {
+			/* Without a ring d->full is set: the jobs queued before it get
+			 * no slot, so nothing touches the ring, and done() is called. */
+			take_jobs(d, &b);
 			pthread_mutex_unlock(&d->lock);
-			run_batch(d, &ring, b);
+			run_batch(d, ring_ok ? &ring : NULL, &b);
 			unsynced = true;
 			pthread_mutex_lock(&d->lock);
-			d->writing -= (unsigned)b->n;
+			d->writing -= (unsigned)b.n;
 			pthread_cond_broadcast(&d->drained);
 		} else if (d->ndirty) {
-			b->n = b->ndel = 0;
+			b.n = b.ndel = 0;
 			pthread_mutex_unlock(&d->lock);
-			publish(d, b);
+			publish(d, &b);
 			unsynced = true;
 			pthread_mutex_lock(&d->lock);
 		}
 		if (unsynced && (d->stopping || mcfs_now_ns() - last_sync >= SYNC_INTERVAL_NS)) {
 			pthread_mutex_unlock(&d->lock);
-			if (cache_meta_sync(d->meta) < 0)
-				MCFS_WARN("disk tier: syncing the index failed");
+			rc = cache_meta_sync(d->meta);
+			if (rc < 0)
+				MCFS_WARN("disk tier: syncing the index failed: %s",
+					  cache_meta_strerror(d->meta, rc, why, sizeof(why)));
 			last_sync = mcfs_now_ns();
 			unsynced = false;
 			pthread_mutex_lock(&d->lock);
@@ -305,7 +317,6 @@ void *cache_disk_writer(void *arg)
 	pthread_mutex_unlock(&d->lock);
 	if (ring_ok)
 		io_uring_queue_exit(&ring);
-	free(b);
 	return NULL;
 }
 

@@ -24,6 +24,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <time.h>
 #include <unistd.h>
 #include <xxhash.h>
@@ -35,6 +36,9 @@
 /* FUSE workers + fetch threads + the disk writer, with room to spare. */
 #define META_MAXREADERS 1024
 #define META_KEY_MAX 500 /* below LMDB's default 511 */
+/* Free bytes under which an LMDB I/O error is blamed on a full filesystem: a
+ * commit writes a few pages, a large listing a few MiB. */
+#define META_LOW_SPACE (16ull << 20)
 
 struct cache_meta {
 	MDB_env *env;
@@ -228,6 +232,44 @@ int cache_meta_sync(struct cache_meta *m)
 	return err(mdb_env_sync(m->env, 1));
 }
 
+const char *cache_meta_strerror(struct cache_meta *m, int rc, char *buf, size_t len)
+{
+	uint64_t map, used, avail;
+	char a[32], b[32], c[32];
+	struct statvfs sv;
+	MDB_envinfo ei;
+	MDB_stat st;
+
+	if ((rc != -ENOSPC && rc != -EIO) || mdb_env_info(m->env, &ei) ||
+	    mdb_env_stat(m->env, &st) || statvfs(m->dir, &sv) < 0) {
+		snprintf(buf, len, "%s", strerror(-rc));
+		return buf;
+	}
+	map = ei.me_mapsize;
+	used = MCFS_MIN(((uint64_t)ei.me_last_pgno + 1) * st.ms_psize, map);
+	avail = (uint64_t)sv.f_bavail * sv.f_frsize;
+	mcfs_fmt_bytes(used, a, sizeof(a));
+	mcfs_fmt_bytes(avail, c, sizeof(c));
+	/* MDB_MAP_FULL and a full filesystem are both -ENOSPC: blame the tighter */
+	if (rc == -ENOSPC && map - used < avail)
+		snprintf(buf, len,
+			 "the metadata map is full (%s of its %s used; the size is META_MAPSIZE, "
+			 "fixed in this build)",
+			 a, mcfs_fmt_bytes(map, b, sizeof(b)));
+	else if (rc == -ENOSPC)
+		snprintf(buf, len,
+			 "no space left on the cache filesystem (%s free at %s; the metadata "
+			 "uses %s)",
+			 c, m->dir, a);
+	/* LMDB's own errors (a commit cut by a full disk leaves MDB_PANIC) read as EIO */
+	else if (avail < META_LOW_SPACE)
+		snprintf(buf, len, "%s (LMDB; the cache filesystem is full: %s free at %s)",
+			 strerror(-rc), c, m->dir);
+	else
+		snprintf(buf, len, "%s (LMDB)", strerror(-rc));
+	return buf;
+}
+
 /* ---- small helpers -------------------------------------------------------- */
 
 static int put1(struct cache_meta *m, MDB_dbi dbi, MDB_val *k, MDB_val *v)
@@ -276,10 +318,12 @@ static int get1(struct cache_meta *m, MDB_dbi dbi, MDB_val *k, void **data, size
  * answer is served anyway); returns @rc. */
 static int noted(struct cache_meta *m, int rc, const char *path)
 {
+	char why[256];
+
 	if (rc < 0 && !atomic_exchange(&m->warned, true))
 		MCFS_WARN("cache metadata %s: recording '%s' failed: %s (further failures "
 			  "are not logged)",
-			  m->dir, path, strerror(-rc));
+			  m->dir, path, cache_meta_strerror(m, rc, why, sizeof(why)));
 	return rc;
 }
 

@@ -66,6 +66,15 @@ void cache_meta_close(struct cache_meta *m);
 /* Flushes committed transactions to disk. Returns 0 or a negative errno. */
 MCFS_MUST_CHECK int cache_meta_sync(struct cache_meta *m);
 
+/*
+ * Words @rc, a negative errno from a cache_meta_* call, for a log line, into
+ * @buf. -ENOSPC names what is full, by which has less room left: the metadata
+ * map (its size and how much of it is used) or the cache filesystem (its free
+ * bytes); -EIO (LMDB's own errors) says whether the filesystem is nearly
+ * full; other codes are strerror(). Returns buf. Can't fail.
+ */
+const char *cache_meta_strerror(struct cache_meta *m, int rc, char *buf, size_t len);
+
 /* Wall-clock time in ns (fetch times survive restarts; the monotonic clock does not). */
 int64_t cache_meta_now(void);
 

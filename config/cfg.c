@@ -590,12 +590,13 @@ static int on_ini_line(void *user, const char *section, const char *name, const 
 	return 1;
 }
 
-/* A config file is a few hundred bytes: anything this large is the wrong file. */
-#define FILE_MAX (1024 * 1024)
+/* CFG_FILE_MAX (cfg.h): a config file is a few hundred bytes, so anything
+ * this large is the wrong file, and its contents are never parsed. */
 
 /*
  * Reads the whole of @fp into a new NUL-terminated buffer (caller frees with
- * free()); *len is the byte count, NULs included. Returns 0 or -errno.
+ * free()); *len is the byte count, NULs included. Returns 0, -EFBIG past
+ * CFG_FILE_MAX bytes (*len: the bytes read, more than the limit), or -errno.
  */
 static int read_all(FILE *fp, char **out, size_t *len)
 {
@@ -610,19 +611,21 @@ static int read_all(FILE *fp, char **out, size_t *len)
 			free(buf);
 			return -EIO;
 		}
-		if (feof(fp))
-			break;
-		if (cap > FILE_MAX) {
+		if (n > CFG_FILE_MAX) {
 			free(buf);
+			*len = n;
 			return -EFBIG;
 		}
-		p = realloc(buf, cap * 2);
+		if (feof(fp))
+			break;
+		/* room for one byte past the limit (to see it) and the NUL */
+		p = realloc(buf, MCFS_MIN(cap * 2, (size_t)CFG_FILE_MAX + 2));
 		if (!p) {
 			free(buf);
 			return -ENOMEM;
 		}
 		buf = p;
-		cap *= 2;
+		cap = MCFS_MIN(cap * 2, (size_t)CFG_FILE_MAX + 2);
 	}
 	buf[n] = '\0';
 	*out = buf;
@@ -699,8 +702,15 @@ int cfg_load_file(struct cfg *c, const char *path, char *err, size_t errlen)
 	rc = read_all(fp, &text, &len);
 	fclose(fp);
 	if (rc == -EFBIG) {
-		snprintf(err, errlen, "config file %s is larger than 1 MiB: is it the right file?",
-			 ep);
+		/* fstat's size; a file growing while read is at least what was read */
+		uint64_t size = MCFS_MAX((uint64_t)st.st_size, (uint64_t)len);
+		char sz[32];
+
+		snprintf(err, errlen,
+			 "config file %s is %s (%" PRIu64 " bytes), over the limit of 1 MiB (%d "
+			 "bytes) for a config file, which holds a few lines of key = value: is it "
+			 "the right file?",
+			 ep, mcfs_fmt_bytes(size, sz, sizeof(sz)), size, CFG_FILE_MAX);
 		return -EINVAL;
 	}
 	if (rc < 0) {
@@ -835,7 +845,7 @@ void cfg_print_keys(void *fp)
 		kwidth = MCFS_MAX(kwidth, (int)strlen(keys[i].name));
 	}
 	fprintf(fp, "Sizes take K, M, G or T: binary units (1M = 1 MiB = 1048576 bytes).\n"
-		    "Times are in seconds.\n\n");
+		    "Times are in seconds. A config file (-c) may hold up to 1 MiB.\n\n");
 	fprintf(fp, "  %-*s %-*s %s\n", kwidth, "key", width, "default", "allowed; what it does");
 	for (i = 0; i < MCFS_ARRAY_SIZE(keys); i++)
 		fprintf(fp, "  %-*s %-*s %s\n", kwidth, keys[i].name, width,

@@ -126,11 +126,16 @@ MCFS_MUST_CHECK int cfg_set(struct cfg *c, const char *key, const char *value, c
 /* Applies "k=v,k2,k3=v3" (a bare key means "=true"). Stops at the first error. */
 MCFS_MUST_CHECK int cfg_set_opts(struct cfg *c, const char *opts, char *err, size_t errlen);
 
+/* The largest config file read, in bytes: a real one is a few hundred. */
+#define CFG_FILE_MAX (1024 * 1024)
+
 /*
  * Applies an INI file: keys at top level or in [mcfs]. Returns 0, -ENOENT (or
  * another errno) if the file can't be read, or -EINVAL naming file, line, key.
  * A NUL byte anywhere is refused (-EINVAL, naming the line and the key whose
  * value holds it): the parser would end the value there and drop the rest.
+ * A file over CFG_FILE_MAX bytes is refused whole (-EINVAL, naming the file,
+ * its size and the limit), none of it applied.
  */
 MCFS_MUST_CHECK int cfg_load_file(struct cfg *c, const char *path, char *err, size_t errlen);
 

@@ -823,6 +823,35 @@ static void test_file_bad(void)
 		CHECK(rc == -EINVAL && strchr(err, '\x1b') == NULL, "value quoted raw: %s", err);
 	}
 
+	/* over CFG_FILE_MAX: refused whole, naming the file, its size and the limit
+	 * (issue 22); exactly CFG_FILE_MAX is read (it was 2 MiB - 1 before) */
+	{
+		static const char line[] = "# padding padding padding padding padding padding\n";
+		const char *p = write_file("big", "");
+		char where[4200];
+		size_t n;
+		FILE *fp = fopen(p, "w");
+
+		for (n = 0; n + sizeof(line) - 1 <= CFG_FILE_MAX - 16; n += sizeof(line) - 1)
+			fputs(line, fp);
+		fprintf(fp, "%-*s\n", (int)(CFG_FILE_MAX - n - 1), "connections = 4");
+		fclose(fp);
+		cfg_init(&c);
+		rc = cfg_load_file(&c, p, err, sizeof(err));
+		CHECK(rc == 0 && c.connections == 4, "a file of exactly 1 MiB: rc %d %s", rc, err);
+		fp = fopen(p, "a");
+		fputs("x", fp);
+		fclose(fp);
+		cfg_init(&c);
+		rc = cfg_load_file(&c, p, err, sizeof(err));
+		CHECK(rc == -EINVAL, "a file of 1 MiB + 1 byte: rc %d", rc);
+		snprintf(where, sizeof(where), "config file %s", p);
+		CHECK_MSG("over 1 MiB", err, where, "(1048577 bytes)",
+			  "limit of 1 MiB (1048576 bytes)");
+		CHECK(c.connections == 16, "a value of a file too large was applied");
+		unlink(p);
+	}
+
 	/* a directory is not a config file (fopen succeeds, reads fail with EISDIR) */
 	cfg_init(&c);
 	rc = cfg_load_file(&c, scratch, err, sizeof(err));

@@ -135,10 +135,24 @@ int fs_mount_check_target(const char *path, char *abs, size_t len)
 	return 0;
 }
 
+int fs_write_knob(const char *path, unsigned value)
+{
+	FILE *fp = fopen(path, "w");
+	int rc = 0;
+
+	if (!fp)
+		return -errno;
+	if (fprintf(fp, "%u\n", value) < 0)
+		rc = -errno;
+	if (fclose(fp) != 0 && rc == 0)
+		rc = -errno; /* the write happens here, at the flush; fp is gone either way */
+	return rc;
+}
+
 void fs_mount_set_readahead(const char *abs, unsigned kb)
 {
 	char majmin[32], path[128];
-	FILE *fp;
+	int rc;
 
 	if (kb == 0)
 		return;
@@ -147,12 +161,10 @@ void fs_mount_set_readahead(const char *abs, unsigned kb)
 		return;
 	}
 	snprintf(path, sizeof(path), "/sys/class/bdi/%s/read_ahead_kb", majmin);
-	fp = fopen(path, "w");
-	if (!fp || fprintf(fp, "%u\n", kb) < 0 || fclose(fp) != 0) {
+	rc = fs_write_knob(path, kb);
+	if (rc < 0) {
 		MCFS_WARN("cannot set %s to %u (%s): kernel readahead stays at its default", path,
-			  kb, strerror(errno));
-		if (fp)
-			fclose(fp);
+			  kb, strerror(-rc));
 		return;
 	}
 	MCFS_DEBUG("set %s to %u", path, kb);

@@ -28,6 +28,14 @@ MCFS_MUST_CHECK int fs_mount_check_target(const char *path, char *abs, size_t le
 MCFS_MUST_CHECK int fs_mount_find(const char *abs, char *majmin, size_t mlen, char *fstype,
 				  size_t flen);
 
+/*
+ * Writes "@value\n" to the existing file @path (a sysfs knob), in one write
+ * at the close (the line is buffered). Returns 0, or a negative
+ * errno from the open, the write or the close; logs nothing. The file is
+ * closed whatever fails.
+ */
+MCFS_MUST_CHECK int fs_write_knob(const char *path, unsigned value);
+
 /* Writes read_ahead_kb of the mount's bdi (0 = leave it). Logs a warning on failure. */
 void fs_mount_set_readahead(const char *abs, unsigned kb);
 

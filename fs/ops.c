@@ -8,6 +8,7 @@
  * Every write-like operation answers EROFS. One reply per request.
  */
 #define _GNU_SOURCE
+#include "caller.h"
 #include "fs_int.h"
 #include "inode.h"
 #include "stats.h"
@@ -29,9 +30,11 @@
  * both tiers and answers the bytes dropped from each: `mcfs evict`. A read, not a
  * setxattr, because the mount is read-only and the VFS refuses setxattr on
  * it (EROFS) before we see it. Unlisted, so `getfattr -d` never triggers it;
- * a size probe (size 0) drops nothing; and only root or the daemon's own
- * user may drop blocks (EPERM for others: with allow_other, a pod reading a
- * model must not be able to evict it for every other pod).
+ * a size probe (size 0) drops nothing; and only the node's admin may drop
+ * blocks (fs_caller_is_admin(): CAP_SYS_ADMIN in the daemon's user namespace,
+ * or the daemon's own user when that is not root). EPERM for others: with
+ * allow_other, a pod reading a model, root in it or not, must not be able to
+ * evict it for every other pod.
  */
 #define XATTR_EVICT "user.mcfs.evict"
 
@@ -413,9 +416,9 @@ static void fs_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name, size_t
 
 	fs_conn_note_req(fs_sess(req), req); /* is io_uring in use? (fs_conn_check) */
 	if (strcmp(name, XATTR_EVICT) == 0) {
-		uid_t uid = fuse_req_ctx(req)->uid;
+		const struct fuse_ctx *ctx = fuse_req_ctx(req);
 
-		if (uid != 0 && uid != getuid()) {
+		if (!fs_caller_is_admin(ctx->uid, ctx->pid)) {
 			fuse_reply_err(req, EPERM);
 			return;
 		}

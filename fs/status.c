@@ -127,11 +127,15 @@ static void print_status(const char *mnt, const struct fs_stats *st)
 		       mcfs_fmt_bytes(st->fuse_max_request, a, sizeof(a)),
 		       st->fuse_io_uring ? "on" : "off");
 	printf("  passthrough: %s; %llu opens, %llu fell back to the cache; %llu backing files "
-	       "(%s), %llu built\n",
+	       "(%s), %llu built",
 	       st->passthrough ? "on" : "off", (unsigned long long)st->passthrough_opens,
 	       (unsigned long long)st->passthrough_fallbacks, (unsigned long long)cs->backing_files,
 	       mcfs_fmt_bytes(cs->backing_bytes, a, sizeof(a)),
 	       (unsigned long long)cs->backing_builds);
+	if (cs->backing_build_errors)
+		printf(", %llu FAILED to build (see the daemon's log)",
+		       (unsigned long long)cs->backing_build_errors);
+	printf("\n");
 	if (st->inode_renumbers || st->inodes_retired)
 		printf("  renumbered: %llu files replaced in the store while open with passthrough "
 		       "(new inode numbers); %llu old inodes still held by their opens\n",
@@ -196,7 +200,10 @@ static int evict_one(const char *path, struct evict_totals *t)
 	if (len < 0) {
 		MCFS_ERR("evict: %s: %s", path,
 			 errno == ENODATA || errno == ENOTSUP ? "not a file on an mcfs mount"
-							      : strerror(errno));
+			 : errno == EPERM ? "not permitted: only the node's admin may evict "
+					    "(CAP_SYS_ADMIN in the daemon's user namespace, or the "
+					    "daemon's own user when it is not root)"
+					  : strerror(errno));
 		t->errors++;
 		return -1;
 	}

@@ -2,6 +2,8 @@
 checksum (a rotten block is dropped and fetched again, never served), LRU
 eviction within the disk_cache limit, and a full cache filesystem degrading
 to RAM-only with a log line while reads keep working."""
+import contextlib
+import errno
 import os
 import subprocess
 
@@ -85,16 +87,24 @@ def test_lru_eviction_within_the_limit(tmp):
         assert m.stats()["store_reads"] >= 1
 
 
-def test_full_cache_disk_degrades_to_ram(tmp):
+@contextlib.contextmanager
+def small_fs(path, size="6m"):
+    """A tmpfs of `size` mounted on `path` (made here) for the with block."""
     need_root()
-    cache = str(tmp / "small-fs")
-    os.makedirs(cache)
-    # a 6 MiB filesystem, while the tier is allowed 64 MiB: the disk fills first
-    r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=6m", "tmpfs", cache],
+    os.makedirs(path)
+    r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=" + size, "tmpfs", path],
                        capture_output=True, text=True)
     if r.returncode != 0:
         pytest.skip("cannot mount a small tmpfs: %s" % r.stderr.strip())
     try:
+        yield path
+    finally:
+        subprocess.run(["umount", "-l", path])
+
+
+def test_full_cache_disk_degrades_to_ram(tmp):
+    # a 6 MiB filesystem, while the tier is allowed 64 MiB: the disk fills first
+    with small_fs(str(tmp / "small-fs")) as cache:
         data = write_random(str(tmp / "src" / "big.bin"), 24 * MiB + 5, seed=9)
         opts = OPTS + ["cache_dir=" + cache, "disk_cache=64M"]
         with mcfs_mount(str(tmp / "src"), str(tmp / "mnt"), opts=opts) as m:
@@ -106,8 +116,36 @@ def test_full_cache_disk_degrades_to_ram(tmp):
             assert open(m.p("big.bin"), "rb").read() == data
             assert "no space left" in m.log()
             assert m.log().count("no space left") == 1
-    finally:
-        subprocess.run(["umount", "-l", cache])
+
+
+def fill(path):
+    """Writes zeros to `path` until its filesystem is full."""
+    with open(path, "wb", buffering=0) as f:
+        for chunk in (64 * 1024, 4096):  # then the last few pages
+            try:
+                while True:
+                    f.write(bytes(chunk))
+            except OSError as e:
+                assert e.errno == errno.ENOSPC, e
+
+
+def test_full_cache_disk_metadata_says_what_is_full(tmp):
+    """Issue 22, item 9: LMDB behind a full cache filesystem. The metadata's
+    failure names the filesystem, its free bytes and the metadata's size,
+    not a bare errno text ("No space left on device", "Input/output error")."""
+    with small_fs(str(tmp / "small-fs")) as cache:
+        for i in range(300):
+            (tmp / "src" / ("f%03d" % i)).write_bytes(b"%d" % i)
+        with mcfs_mount(str(tmp / "src"), str(tmp / "mnt"),
+                        opts=OPTS + ["cache_dir=" + cache]) as m:
+            fill(os.path.join(cache, "filler"))
+            assert len(os.listdir(m.p())) == 300  # a listing and 300 attributes to record
+            assert open(m.p("f007"), "rb").read() == b"7"
+            lines = [ln for ln in m.log().splitlines() if "cache metadata" in ln]
+            assert len(lines) == 1, m.log()
+            assert "no space left on the cache filesystem (" in lines[0], lines[0]
+            assert "free at %s/" % cache in lines[0] and "the metadata uses" in lines[0], \
+                lines[0]
 
 
 def test_unusable_cache_dir_runs_ram_only(tmp):

@@ -8,6 +8,13 @@ and its forbidden ones do not: fs/ and gpu/ reach cache/ only through cache.h,
 nobody outside cache/ reaches cache/remote or LMDB, fs/ sees gpu.h but not
 gpu/'s internals, gpu/ knows nothing of fs/ or the ioctl wire structs, and the
 client library sees the ABI header but none of the daemon.
+
+Only headers of this tree count (issue 22, item 10): `make install` puts
+mcfs/mcfs_ioctl.h in /usr/local/include, where any compile finds it, so a
+probe that merely compiles would say gpu/ reaches it on every machine where
+mcfs is installed. The probe asks the compiler where the header resolved
+(-H): a forbidden header is reached only if it resolves into the tree, and an
+allowed one must resolve to the tree's copy, not to an installed one.
 """
 import os
 import shlex
@@ -54,21 +61,54 @@ def flags_of(target_dir):
     return shlex.split(defs) + shlex.split(inc)
 
 
-def compiles(tmp_path, flags, header):
+def resolves(tmp_path, flags, header):
+    """Compiles a probe that includes `header`: returns (the real path the
+    include resolved to, or None if the probe does not compile; the
+    compiler's messages)."""
     probe = tmp_path / "probe.c"
     probe.write_text('#define _GNU_SOURCE\n#include "%s"\nint probe_unused;\n' % header)
-    r = subprocess.run(["cc", "-std=c11", "-fsyntax-only", *flags, str(probe)],
+    # -H lists each header opened, one line each, its depth in dots: ". PATH"
+    r = subprocess.run(["cc", "-std=c11", "-fsyntax-only", "-H", *flags, str(probe)],
                        capture_output=True, text=True)
-    return r.returncode == 0, r.stderr
+    if r.returncode != 0:
+        return None, r.stderr
+    first = [ln for ln in r.stderr.splitlines() if ln.startswith(". ")]
+    assert first, "cc -H named no header for %s:\n%s" % (header, r.stderr)
+    return os.path.realpath(first[0][2:].strip()), r.stderr
+
+
+def in_tree(path):
+    return path is not None and path.startswith(os.path.realpath(ROOT) + os.sep)
+
+
+def check_rules(tmp_path, target, extra=()):
+    flags = flags_of(target) + list(extra)
+    allowed, forbidden = RULES[target]
+    for h in allowed:
+        path, err = resolves(tmp_path, flags, h)
+        assert path, "%s should reach %s:\n%s" % (target, h, err)
+        assert in_tree(path), "%s reaches %s as %s, not this tree's" % (target, h, path)
+    for h in forbidden:
+        path, _ = resolves(tmp_path, flags, h)
+        assert not in_tree(path), "%s reaches %s (%s), which the module table forbids" % (
+            target, h, path)
 
 
 @pytest.mark.parametrize("target", sorted(RULES))
 def test_module_sees_only_what_the_table_allows(tmp_path, target):
-    flags = flags_of(target)
-    allowed, forbidden = RULES[target]
-    for h in allowed:
-        ok, err = compiles(tmp_path, flags, h)
-        assert ok, "%s should reach %s:\n%s" % (target, h, err)
-    for h in forbidden:
-        ok, _ = compiles(tmp_path, flags, h)
-        assert not ok, "%s reaches %s, which the module table forbids" % (target, h)
+    check_rules(tmp_path, target)
+
+
+@pytest.mark.parametrize("target", sorted(RULES))
+def test_installed_headers_do_not_count(tmp_path, target):
+    """As on a machine where mcfs is installed, and more: a system include
+    directory (-isystem, searched where /usr/local/include is) holding a copy
+    of every header the table names. The rules hold as they do without it."""
+    system = tmp_path / "usr-local-include"
+    for h in {h for allowed, forbidden in RULES.values() for h in allowed + forbidden}:
+        (system / h).parent.mkdir(parents=True, exist_ok=True)
+        (system / h).write_text("/* an installed copy of %s */\n" % h)
+    # the copy is found where no -I of the tree names the header
+    path, err = resolves(tmp_path, ["-isystem", str(system)], "mcfs/mcfs_ioctl.h")
+    assert path and not in_tree(path), (path, err)
+    check_rules(tmp_path, target, ["-isystem", str(system)])

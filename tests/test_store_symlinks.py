@@ -13,6 +13,7 @@ Run over the posix store and over the http store's manifest (nginx).
 """
 import errno
 import os
+import shutil
 import stat
 import subprocess
 
@@ -138,6 +139,89 @@ def test_http_manifest(tmp_path):
             check_any(m)
         with mcfs_mount(ng.url, str(tmp_path / "mnt"), opts=["symlinks=none"]) as m:
             check_none(m, data)
+
+
+# Issue 22, item 5: a directory of the store that becomes a symlink after it
+# was listed. The kernel keeps it as the directory it saw, so the next open of
+# a/secret reaches the store as the path "a/secret": the store must resolve it
+# beneath its root, never through a link that leaves it. MCFS_POSIX_FAULT=
+# no-openat2 runs the same checks on the fallback for kernels without openat2.
+OPENAT2_MODES = [pytest.param({}, id="openat2"),
+                 pytest.param({"MCFS_POSIX_FAULT": "no-openat2"}, id="fallback")]
+
+
+def swap_dir_for_link(src, name, target):
+    """Replaces the directory src/name by a symlink to target."""
+    shutil.rmtree(os.path.join(src, name))
+    os.symlink(target, os.path.join(src, name))
+
+
+@pytest.mark.parametrize("env", OPENAT2_MODES)
+def test_listed_dir_swapped_for_link_outside(tmp, env):
+    src, outside = str(tmp / "src"), str(tmp / "outside")
+    os.makedirs(os.path.join(src, "a"))
+    os.makedirs(outside)
+    inside = os.urandom(5000)
+    secret = b"outside the store: " + os.urandom(4000)
+    with open(os.path.join(src, "a", "secret"), "wb") as f:
+        f.write(inside)
+    with open(os.path.join(outside, "secret"), "wb") as f:
+        f.write(secret)
+    with open(os.path.join(outside, "only-outside"), "wb") as f:
+        f.write(secret)
+    with mcfs_mount(src, str(tmp / "mnt"), env=env) as m:
+        assert os.listdir(m.p("a")) == ["secret"]
+        assert os.stat(m.p("a", "secret")).st_size == len(inside)
+        swap_dir_for_link(src, "a", outside)
+        with pytest.raises(OSError) as ei:
+            with open(m.p("a", "secret"), "rb") as f:
+                got = f.read()
+                assert got != secret, "served the bytes of a file outside the store"
+        assert ei.value.errno in (errno.ENOENT, errno.EACCES, errno.ELOOP), ei.value
+        with pytest.raises(FileNotFoundError):
+            os.stat(m.p("a", "only-outside"))
+        try:
+            names = os.listdir(m.p("a"))
+        except OSError as e:
+            assert e.errno in (errno.ENOENT, errno.ENOTDIR, errno.ELOOP), e
+        else:
+            assert "only-outside" not in names, names
+        # the same through a relative link that climbs out of the root
+        os.unlink(os.path.join(src, "a"))
+        os.symlink(os.path.relpath(outside, src), os.path.join(src, "a"))
+        with pytest.raises(OSError) as ei:
+            open(m.p("a", "secret"), "rb").read()
+        assert ei.value.errno in (errno.ENOENT, errno.EACCES, errno.ELOOP), ei.value
+        assert "leaves the store" in m.log() or "through a symlink" in m.log(), m.log()
+
+
+@pytest.mark.parametrize("setting,env,follows", [
+    ("contained", {}, True),
+    ("any", {}, True),
+    ("none", {}, False),
+    ("contained", {"MCFS_POSIX_FAULT": "no-openat2"}, False),
+])
+def test_listed_dir_swapped_for_link_inside(tmp, setting, env, follows):
+    """A link that stays inside is followed where the setting allows links
+    (contained, any) and openat2 can keep the walk inside the root."""
+    src = str(tmp / "src")
+    os.makedirs(os.path.join(src, "a"))
+    os.makedirs(os.path.join(src, "b"))
+    old, new = os.urandom(3000), os.urandom(3000)
+    with open(os.path.join(src, "a", "secret"), "wb") as f:
+        f.write(old)
+    with open(os.path.join(src, "b", "secret"), "wb") as f:
+        f.write(new)
+    with mcfs_mount(src, str(tmp / "mnt"), opts=["symlinks=" + setting], env=env) as m:
+        assert os.listdir(m.p("a")) == ["secret"]
+        swap_dir_for_link(src, "a", "b")
+        if follows:
+            with open(m.p("a", "secret"), "rb") as f:
+                assert f.read() == new
+        else:
+            with pytest.raises(OSError) as ei:
+                open(m.p("a", "secret"), "rb").read()
+            assert ei.value.errno in (errno.ENOENT, errno.ELOOP), ei.value
 
 
 def test_bad_setting_is_refused(tmp):

@@ -18,7 +18,10 @@
  * cfg->symlinks: "contained" (default) hides those whose target leaves the
  * store (absolute, or climbing above its root), "none" hides all, "any" shows
  * all. A hidden link is absent: not listed, -ENOENT from remote_stat() and
- * remote_readlink().
+ * remote_readlink(). The store itself never follows a link out of its root:
+ * a path whose directory became a symlink since it was listed ("a/" now
+ * "a -> /etc") is resolved beneath the root, and is -ENOENT if the link leaves
+ * it (with symlinks=none, if there is any link in the middle of the path).
  *
  * Threads: every function may be called from many threads at once.
  * Errors: 0 or a byte count on success, negative errno on failure:
