@@ -12,6 +12,7 @@
 #include <inttypes.h>
 #include <linux/capability.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -28,22 +29,45 @@ static bool same_user_ns(pid_t pid)
 	return mine.st_dev == theirs.st_dev && mine.st_ino == theirs.st_ino;
 }
 
-/* True if thread @pid holds CAP_SYS_ADMIN, effective (its CapEff line). */
-static bool has_sys_admin(pid_t pid)
+/* The number on line "@key:" of thread @pid's /proc status, read in @base,
+ * in *@out. True if found. */
+static bool status_field(pid_t pid, const char *key, int base, uint64_t *out)
 {
 	char path[64], line[256];
-	uint64_t eff = 0;
+	size_t klen = strlen(key);
 	bool found = false;
+	char *end;
 	FILE *fp;
 
 	snprintf(path, sizeof(path), "/proc/%d/status", (int)pid);
 	fp = fopen(path, "re");
 	if (!fp)
 		return false;
-	while (!found && fgets(line, sizeof(line), fp))
-		found = sscanf(line, "CapEff: %" SCNx64, &eff) == 1;
+	while (!found && fgets(line, sizeof(line), fp)) {
+		if (strncmp(line, key, klen) != 0 || line[klen] != ':')
+			continue;
+		*out = strtoull(line + klen + 1, &end, base);
+		found = end != line + klen + 1;
+	}
 	fclose(fp);
-	return found && (eff & (UINT64_C(1) << CAP_SYS_ADMIN)) != 0;
+	return found;
+}
+
+/* True if thread @pid holds CAP_SYS_ADMIN, effective (its CapEff line). */
+static bool has_sys_admin(pid_t pid)
+{
+	uint64_t eff = 0;
+
+	return status_field(pid, "CapEff", 16, &eff) && (eff & (UINT64_C(1) << CAP_SYS_ADMIN)) != 0;
+}
+
+pid_t fs_caller_process(pid_t tid)
+{
+	uint64_t tgid = 0;
+
+	if (tid <= 0 || !status_field(tid, "Tgid", 10, &tgid))
+		return 0;
+	return (pid_t)tgid;
 }
 
 bool fs_caller_is_admin(uid_t uid, pid_t pid)

@@ -1,6 +1,7 @@
 /*
  * caller.h - who sent a FUSE request, for the requests that change what
- * every user of the mount sees (user.mcfs.evict).
+ * every user of the mount sees (user.mcfs.evict) and for the GPU loads
+ * that must be bound to their process (MCFS_IOC_BIND).
  *
  * The kernel gives each request the caller's uid, gid and thread id, as seen
  * from the daemon's namespaces (uid in the FUSE connection's user namespace;
@@ -27,5 +28,12 @@
  * nothing.
  */
 bool fs_caller_is_admin(uid_t uid, pid_t pid);
+
+/*
+ * The process (thread group) of the caller's thread @tid, from
+ * /proc/TID/status, or 0 when it cannot be told (@tid 0: not visible in the
+ * daemon's pid namespace; or gone). Can't fail otherwise; logs nothing.
+ */
+pid_t fs_caller_process(pid_t tid);
 
 #endif

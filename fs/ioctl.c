@@ -29,6 +29,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "caller.h"
 #include "gpu.h"
 #include "mcfs/mcfs_ioctl.h"
 
@@ -88,27 +89,6 @@ static void to_gpu_req(const struct mcfs_load_req *w, struct gpu_range *ranges, 
 	g->nranges = n;
 }
 
-/* The thread group of thread @tid (the FUSE request's pid is a thread's), or
- * 0 when it cannot be told (gone, or in no pid namespace the daemon sees). */
-static pid_t tgid_of(pid_t tid)
-{
-	char path[64], line[128];
-	pid_t tgid = 0;
-	FILE *f;
-
-	if (tid <= 0)
-		return 0;
-	snprintf(path, sizeof(path), "/proc/%d/status", (int)tid);
-	f = fopen(path, "re");
-	if (!f)
-		return 0;
-	while (fgets(line, sizeof(line), f))
-		if (sscanf(line, "Tgid: %d", &tgid) == 1)
-			break;
-	fclose(f);
-	return tgid;
-}
-
 static int do_bind(fuse_req_t req, struct fs_session *s, struct mcfs_bind_req *b)
 {
 	static const uint8_t zero[sizeof(b->device_uuid)];
@@ -126,7 +106,7 @@ static int do_bind(fuse_req_t req, struct fs_session *s, struct mcfs_bind_req *b
 	memcpy(g.device_uuid, b->device_uuid, sizeof(g.device_uuid));
 	g.device = b->device;
 	g.dst_offset = b->offset;
-	g.owner = tgid_of(fuse_req_ctx(req)->pid);
+	g.owner = fs_caller_process(fuse_req_ctx(req)->pid);
 	if (g.owner <= 0) {
 		MCFS_WARN("ioctl: bind request from thread %d, whose process the daemon cannot "
 			  "see (another pid namespace?): refused",
@@ -177,7 +157,7 @@ static int do_load(fuse_req_t req, struct fs_handle *h, struct mcfs_load_req *r,
 	rc = check_ranges(ranges, n, cache_file_size(h->file));
 	if (rc < 0)
 		return rc;
-	to_gpu_req(r, ranges, n, tgid_of(fuse_req_ctx(req)->pid), &g);
+	to_gpu_req(r, ranges, n, fs_caller_process(fuse_req_ctx(req)->pid), &g);
 	rc = gpu_load(s->gpu, h->file, &g, interrupted, req, &res);
 	if (rc < 0) {
 		atomic_fetch_add_explicit(&s->gpu_load_errors, 1, memory_order_relaxed);
