@@ -72,8 +72,9 @@ struct shared_run {
 
 struct cache_shared {
 	struct remote_blob *blob;
-	const char *name; /* s3://bucket/prefix, for logs */
-	char store[128];  /* cache_store_dir_name() of the store */
+	struct cache_shared_seal *seal; /* the cluster's key: seals and checks blocks */
+	const char *name;		/* s3://bucket/prefix, for logs */
+	char store[128];		/* cache_store_dir_name() of the store */
 	uint64_t bs;
 	double wait_s;	     /* shared_wait */
 	uint64_t run_blocks; /* shared_run in blocks, at least 1 */
@@ -111,7 +112,7 @@ struct cache_shared {
 
 	/* The shared_* rows of cache/counters.h; relaxed. */
 	atomic_uint_fast64_t hits, misses, read_bytes, waits, wait_timeouts, puts, put_bytes,
-	    put_skips, put_drops, corrupt, errors, leases, put_waits, early, unasked;
+	    put_skips, put_drops, corrupt, unauthentic, errors, leases, put_waits, early, unasked;
 };
 
 static inline void shared_count(atomic_uint_fast64_t *c, uint64_t n)

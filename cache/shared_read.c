@@ -110,24 +110,28 @@ static enum cache_shared_got get_block(struct cache_shared *sh, enum ticket t, c
 
 	rc = remote_blob_get(sh->blob, key, buf, blk->len, tr, sizeof(tr), &res);
 	if (rc == 0)
-		rc = cache_shared_verify(key, buf, blk->len, tr, &why);
+		rc = cache_shared_verify(sh->seal, key, buf, blk->len, tr, &why);
 	else if (rc == -EBADMSG)
 		why = "its size is not the block's and trailer's: truncated, or not a block";
-	if (rc == 0 || rc == -ENOENT || rc == -EBADMSG)
-		cache_shared_went_well(sh, &sh->rd, t);
+	if (rc == 0 || rc == -ENOENT || rc == -EBADMSG || rc == -EKEYREJECTED || rc == -ENOMEM)
+		cache_shared_went_well(sh, &sh->rd, t); /* the service answered */
 	if (rc == 0) {
 		shared_count(&sh->read_bytes, blk->len);
 		return CACHE_SHARED_HIT;
 	}
 	if (rc == -ENOENT)
 		return CACHE_SHARED_MISS;
-	if (rc == -EBADMSG) {
-		shared_count(&sh->corrupt, 1);
+	if (rc == -EBADMSG || rc == -EKEYREJECTED) {
+		/* The caller fetches the block over the bytes in @buf, which no
+		 * reader sees and no tier keeps. */
+		shared_count(rc == -EBADMSG ? &sh->corrupt : &sh->unauthentic, 1);
 		MCFS_WARN("shared cache %s%s (block %" PRIu64 " of %s): refused, %s; fetching it "
 			  "from the store and writing it over",
 			  sh->name, key, blk->index, blk->path, why);
 		return CACHE_SHARED_BAD;
 	}
+	if (rc == -ENOMEM) /* not checked, so not served: the store (not written over) */
+		return CACHE_SHARED_FAILED;
 	cache_shared_went_wrong(sh, &sh->rd, t, "GET", key, &res);
 	return CACHE_SHARED_FAILED;
 }

@@ -14,8 +14,12 @@ on another (used, never counted down); a corrupted and a truncated object
 (refused, fetched from the store, written over, correct afterwards); a file
 replaced in the store (the new version's blocks, never the old); and wrong
 credentials or a missing bucket (the mount fails, saying why), or an
-unreachable cache (the mount goes on without it, saying so).
+unreachable cache (the mount goes on without it, saying so). Issue 22: a
+block forged by a holder of the bucket's credentials, without the cluster's
+key (refused, counted, never kept, written over), a node with another key;
+and a missing or loose key file (the mount fails, saying why).
 """
+import hmac
 import os
 import re
 import time
@@ -34,7 +38,8 @@ pytestmark = pytest.mark.skipif(not have_swift(), reason="swift/memcached not in
 SHARED = "shared"  # the shared cache's bucket
 MODELS = "models"  # the s3 store's bucket
 BLOCK = rc.BLOCK
-TRAILER = 32
+TRAILER = 48  # "MCFSBLK2", the length, HMAC-SHA256 (cache/shared_seal.c)
+KEY = b"test-cluster-key-0123456789abcdef0123456789abcdef"  # shared_key_file's bytes
 # RAM only, 1 MiB blocks; no page cache kept across opens, so that a second
 # read of a file reaches the daemon. shared_timeout 10 s, not the default 2:
 # under a sanitizer on the 2-CPU CI runner Swift has answered a GET more than
@@ -47,10 +52,20 @@ ENV = {"AWS_ACCESS_KEY_ID": "", "AWS_SECRET_ACCESS_KEY": "", "AWS_PROFILE": "",
        "AWS_ENDPOINT_URL": "", "AWS_SHARED_CREDENTIALS_FILE": "/nonexistent"}
 
 
+def key_file(path, key=KEY, mode=0o600):
+    """Writes a cluster key file (with a newline, as echo would: not part of the key)."""
+    with open(path, "wb") as f:
+        f.write(key + b"\n")
+    os.chmod(path, mode)
+    return str(path)
+
+
 @pytest.fixture(scope="module")
 def swift(tmp_path_factory):
     need_root()
-    sw = Swift(str(tmp_path_factory.mktemp("swift"))).start()
+    top = tmp_path_factory.mktemp("swift")
+    sw = Swift(str(top)).start()
+    sw.key_file = key_file(top / "cluster.key")
     try:
         s3 = sw.s3()
         s3.create_bucket(Bucket=SHARED)
@@ -60,10 +75,20 @@ def swift(tmp_path_factory):
         sw.stop()
 
 
-def shared_opts(sw, prefix, extra=(), endpoint=None, secret=SWIFT_SECRET):
+def shared_opts(sw, prefix, extra=(), endpoint=None, secret=SWIFT_SECRET, key=None):
     return OPTS + ["shared_cache=s3://%s/%s" % (SHARED, prefix),
                    "shared_endpoint=" + (endpoint or sw.endpoint),
-                   "shared_access_key=" + SWIFT_KEY, "shared_secret_key=" + secret] + list(extra)
+                   "shared_access_key=" + SWIFT_KEY, "shared_secret_key=" + secret,
+                   "shared_key_file=" + (key or sw.key_file)] + list(extra)
+
+
+def sealed(name, data, key=KEY):
+    """A block object as a node with cluster key `key` writes it (cache/shared_seal.c):
+    the bytes, "MCFSBLK2", the length and HMAC-SHA256 of the name (relative to the
+    prefix), its NUL, the length and the bytes."""
+    n = len(data).to_bytes(8, "little")
+    mac = hmac.new(key, name.encode() + b"\0" + n + data, "sha256").digest()
+    return data + b"MCFSBLK2" + n + mac
 
 
 def read(path):
@@ -143,7 +168,8 @@ def test_two_daemons_share_blocks_http(swift, origin, tmp_path):
             status
         # a PUT a loaded runner's Swift failed is counted and sent again (b95bad8)
         assert ("written 6.0 MiB (%d blocks), 0 found there already, 0 dropped, 0 queued; "
-                "%d errors, 0 corrupt objects refused" % (n, st["shared_errors"])) in status, status
+                "%d errors, 0 corrupt and 0 unauthentic objects refused"
+                % (n, st["shared_errors"])) in status, status
         objs = blocks_in(swift, "http")
         # whole blocks, the last one short, each with its trailer
         assert list(objs.values()) == [BLOCK + TRAILER] * (n - 1) + \
@@ -159,8 +185,9 @@ def test_two_daemons_share_blocks_http(swift, origin, tmp_path):
         assert ("shared tier: up; hit ratio 100.0%% (%d hits, 0 misses), 6.0 MiB read; "
                 "0 waited for another node's fetch, 0 gave up waiting" % n) in status, status
         assert ("written 0 B (0 blocks), 0 found there already, 0 dropped, 0 queued; "
-                "0 errors, 0 corrupt objects refused") in status, status
+                "0 errors, 0 corrupt and 0 unauthentic objects refused") in status, status
         assert st["shared_hits"] == n and st["shared_corrupt"] == 0, st
+        assert st["shared_unauthentic"] == 0, st
         assert st["shared_read_bytes"] == len(data), st
         assert origin_gets(str(tmp_path / "access.log"), "model.bin") == []
 
@@ -573,9 +600,10 @@ def test_busy_shared_cache_is_waited_for(swift, origin, tmp_path):
 
 
 def test_corrupt_and_truncated_objects(swift, origin, tmp_path):
-    """One object with a flipped byte, one cut short: the next daemon refuses
-    both (never serves them), reads those blocks from the store, writes them
-    over; a third daemon then finds every block good."""
+    """One object with a flipped byte (its seal fails: unauthentic), one cut
+    short (corrupt): the next daemon refuses both (never serves them), reads
+    those blocks from the store, writes them over; a third daemon then finds
+    every block good."""
     data = rc.data_for("corrupt", 6 * BLOCK + 4321)
     (tmp_path / "src" / "model.bin").write_bytes(data)
     n = nblocks(data)
@@ -595,11 +623,13 @@ def test_corrupt_and_truncated_objects(swift, origin, tmp_path):
         assert read(b.p("model.bin")) == data
         st = written(b, 2)
         log = b.log()
-    assert st["shared_corrupt"] == 2 and st["store_reads"] == 2, st
+    assert st["shared_corrupt"] == 1 and st["shared_unauthentic"] == 1, st
+    assert st["store_reads"] == 2, st
     assert st["shared_hits"] == n - 2 and st["shared_puts"] == 2, st
     refused = [ln for ln in log.splitlines() if "refused" in ln and "writing it over" in ln]
     assert len(refused) == 2, log
-    assert any("checksum mismatch" in ln and flipped.rsplit("/", 1)[1] in ln for ln in refused)
+    assert any("not sealed with this node's shared_key_file" in ln and
+               flipped.rsplit("/", 1)[1] in ln for ln in refused)
     assert any("truncated" in ln and cut.rsplit("/", 1)[1] in ln for ln in refused)
     for k, v in good.items():
         assert s3.get_object(Bucket=SHARED, Key=k)["Body"].read() == v, k
@@ -607,6 +637,101 @@ def test_corrupt_and_truncated_objects(swift, origin, tmp_path):
         assert read(c.p("model.bin")) == data
         st = c.stats()
     assert st["shared_hits"] == n and st["shared_corrupt"] == 0 and st["store_reads"] == 0, st
+    assert st["shared_unauthentic"] == 0, st
+
+
+def fill(swift, origin, tmp_path, prefix, size, extra=()):
+    """One daemon reads a new tmp_path/src/model.bin of size bytes and writes its
+    blocks to the shared cache under prefix; returns (data, blocks, the options)."""
+    data = rc.data_for(prefix, size)
+    (tmp_path / "src" / "model.bin").write_bytes(data)
+    n = nblocks(data)
+    opts = shared_opts(swift, prefix, extra)
+    with mcfs_mount(origin.url, str(tmp_path / "a"), opts=opts, env=ENV) as a:
+        assert read(a.p("model.bin")) == data
+        written(a, n)
+    return data, n, opts
+
+
+def test_forged_block_is_refused_and_written_over(swift, origin, tmp_path):
+    """Issue 22: whoever holds the bucket's credentials, but not the cluster's
+    key, rewrites a block with other bytes and a trailer of the right form,
+    sealed with a key of their own (the best they can do). A fresh node with
+    a disk tier serves the file's own bytes, counts the block unauthentic,
+    reads it from the store and writes it over with a block sealed with the
+    cluster's key; the forged bytes never reach its disk tier (the same node
+    without the shared cache serves every block from there, right). A node
+    with another key refuses every block."""
+    data, n, opts = fill(swift, origin, tmp_path, "forged", 5 * BLOCK + 777)
+    s3 = swift.s3()
+    keys = list(blocks_in(swift, "forged"))
+    names = [k[len("forged/"):] for k in keys]  # what the seal covers: relative to the prefix
+    # the cluster's blocks are sealed as documented
+    for i, k in enumerate(keys):
+        good = data[i * BLOCK:(i + 1) * BLOCK]
+        assert s3.get_object(Bucket=SHARED, Key=k)["Body"].read() == sealed(names[i], good), k
+    evil = rc.data_for("evil", BLOCK)
+    s3.put_object(Bucket=SHARED, Key=keys[2], Body=sealed(names[2], evil, key=b"attacker" * 8))
+    cache = str(tmp_path / "cache")
+    with mcfs_mount(origin.url, str(tmp_path / "b"), opts=opts + ["cache_dir=" + cache],
+                    env=ENV) as b:
+        assert read(b.p("model.bin")) == data
+        st = written(b, 1)
+        st = wait_for(lambda: (lambda x: x if x["disk_writes"] >= n else None)(b.stats()), 30) \
+            or b.stats()
+        log = b.log()
+    assert st["shared_unauthentic"] == 1 and st["shared_corrupt"] == 0, (brief(st), log)
+    assert st["store_reads"] == 1 and st["shared_hits"] == n - 1, (brief(st), log)
+    assert st["shared_puts"] == 1 and st["disk_writes"] == n, (brief(st), log)
+    refused = [ln for ln in log.splitlines() if "refused, " in ln and "writing it over" in ln]
+    assert len(refused) == 1 and names[2] in refused[0] and \
+        "not sealed with this node's shared_key_file" in refused[0], log
+    good = data[2 * BLOCK:3 * BLOCK]
+    assert s3.get_object(Bucket=SHARED, Key=keys[2])["Body"].read() == sealed(names[2], good)
+    # the same node, its disk tier only: every block from there, none forged
+    with mcfs_mount(origin.url, str(tmp_path / "b"), opts=OPTS + ["cache_dir=" + cache],
+                    env=ENV) as b:
+        assert read(b.p("model.bin")) == data
+        st = b.stats()
+    assert st["disk_hits"] == n and st["store_reads"] == 0, st
+    # a node with another key: no block of the cluster's is served, each read from the store
+    other = key_file(tmp_path / "other.key", b"another-cluster-key-0123456789abcdef")
+    with mcfs_mount(origin.url, str(tmp_path / "c"), opts=shared_opts(swift, "forged", key=other),
+                    env=ENV) as c:
+        assert read(c.p("model.bin")) == data
+        st = c.stats()
+    assert st["shared_unauthentic"] == n and st["shared_hits"] == 0, brief(st)
+    assert st["store_reads"] == n, brief(st)
+
+
+def test_key_file_is_needed_and_kept_secret(swift, tmp_path):
+    """shared_cache without shared_key_file, a key file others may read, one
+    too short or missing: the mount fails, naming the file and the fix, and
+    never showing the key."""
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "a.txt").write_bytes(b"hello")
+    mnt = str(tmp_path / "mnt")
+    os.makedirs(mnt)
+
+    def mount(opts):
+        r = run_mcfs("mount", str(src), mnt, "-f", "-o", ",".join(opts + ["cache_dir="]),
+                     env=ENV)
+        assert r.returncode != 0, r.stdout + r.stderr
+        return r.stderr
+
+    no_key = [o for o in shared_opts(swift, "keys") if not o.startswith("shared_key_file=")]
+    err = mount(no_key)
+    assert "shared_cache needs shared_key_file" in err, err
+    loose = key_file(tmp_path / "loose.key", mode=0o644)
+    err = mount(shared_opts(swift, "keys", key=loose))
+    assert "shared_key_file %s: group or others may read or write it (mode 0644)" % loose in err
+    assert "chmod 600" in err and KEY.decode() not in err, err
+    short = key_file(tmp_path / "short.key", b"0123456789abcdef0123456789abcde")  # 31
+    err = mount(shared_opts(swift, "keys", key=short))
+    assert "shared_key_file %s: 31 bytes" % short in err and "at least 32" in err, err
+    err = mount(shared_opts(swift, "keys", key=str(tmp_path / "none.key")))
+    assert "shared_key_file %s: No such file or directory" % (tmp_path / "none.key") in err, err
 
 
 def test_replaced_file_gets_new_blocks(swift, origin, tmp_path):
@@ -708,6 +833,6 @@ def test_with_a_proxy_for_the_store(swift, origin, tmp_path):
         # the service failed (test_another_nodes_run_lease says why)
         assert len(reads) - len(reads_a) == st["store_reads"], (px.request_lines, brief(st))
         assert st["store_reads"] <= st["shared_errors"], (brief(st), log)
-        assert not any("mcfs1/" in ln or "localhost" in ln for ln in px.request_lines), \
+        assert not any("mcfs2/" in ln or "localhost" in ln for ln in px.request_lines), \
             px.request_lines
     assert st["shared_hits"] == n - st["store_reads"], (brief(st), log)
