@@ -36,7 +36,9 @@
  *    fetches it from the store and writes it; the others wait for it in the
  *    shared cache, up to shared_wait seconds, then fetch it themselves. The
  *    lease is an object beside the block, last writer wins: best effort,
- *    so a race costs a duplicate store read, never a wrong byte.
+ *    so a race costs a duplicate store read, never a wrong byte. A lease's
+ *    age is the service's to say (the Date of the answer that brought it,
+ *    less its Last-Modified: one clock), so the nodes' clocks need not agree.
  *
  * Lock: sh->lock (private) guards the write queue and the state changes; a
  * leaf, never held across a request or the done callback. The counters are

@@ -138,6 +138,16 @@ static inline struct timespec cache_shared_deadline(double s)
 /* Sets the latency estimates' first values. */
 void cache_shared_lease_init(struct cache_shared *sh);
 
+/*
+ * Was a lease written within @wait_s seconds? Judged by the service's clock
+ * where it gave one: @date_ns (the Date of its answer) less @modified_ns (the
+ * lease's Last-Modified), whole seconds each, so a second more is allowed
+ * either way. Without them, by the writer's clock (@written_ms, the lease's
+ * body) against this node's (@now_ms), @wait_s either way. Pure.
+ */
+bool cache_shared_lease_fresh(int64_t date_ns, int64_t modified_ns, uint64_t written_ms,
+			      uint64_t now_ms, double wait_s);
+
 /* Names the lease of @blk's run into @out. 0 or -ENAMETOOLONG / -ENOMEM. */
 int cache_shared_lease_key(const struct cache_shared *sh, const struct cache_shared_block *blk,
 			   char *out, size_t len);

@@ -16,8 +16,9 @@ replaced in the store (the new version's blocks, never the old); and wrong
 credentials or a missing bucket (the mount fails, saying why), or an
 unreachable cache (the mount goes on without it, saying so). Issue 22: a
 block forged by a holder of the bucket's credentials, without the cluster's
-key (refused, counted, never kept, written over), a node with another key;
-and a missing or loose key file (the mount fails, saying why).
+key (refused, counted, never kept, written over), a node with another key; a
+missing or loose key file (the mount fails, saying why); and a lease written by a
+node whose clock is an hour off (judged by the service's clock).
 """
 import hmac
 import os
@@ -273,6 +274,24 @@ def leases_in(sw, prefix):
     return out
 
 
+def read_while_held(swift, origin, path, opts, blocks):
+    """A daemon reads model.bin while another node holds its run's lease; the
+    blocks (key -> object) appear in the shared cache a second after the read
+    began. Returns the bytes read, whether the read was still waiting then
+    (for the other node), the daemon's counters and its log."""
+    s3 = swift.s3()
+    with mcfs_mount(origin.url, path, opts=opts, env=ENV) as b:
+        got = {}
+        t = threading.Thread(target=lambda: got.update(data=read(b.p("model.bin"))))
+        t.start()
+        time.sleep(1)
+        waiting = t.is_alive()
+        for k, body in blocks.items():
+            s3.put_object(Bucket=SHARED, Key=k, Body=body)
+        t.join(60)
+        return got.get("data"), waiting, b.stats(), b.log()
+
+
 def test_another_nodes_run_lease(swift, origin, tmp_path):
     """One lease covers a run of a file's blocks (256 MiB: all of this file).
     A run that another node holds: the daemon waits for its blocks and reads
@@ -302,18 +321,8 @@ def test_another_nodes_run_lease(swift, origin, tmp_path):
     # held: the blocks appear a second after the read began
     other_node()
     open(str(tmp_path / "access.log"), "w").close()
-    with mcfs_mount(origin.url, str(tmp_path / "b"), opts=opts, env=ENV) as b:
-        got = {}
-        t = threading.Thread(target=lambda: got.update(data=read(b.p("model.bin"))))
-        t.start()
-        time.sleep(1)
-        assert t.is_alive()  # waiting for the other node
-        for k, body in blocks.items():
-            s3.put_object(Bucket=SHARED, Key=k, Body=body)
-        t.join(60)
-        st = b.stats()
-        log = b.log()
-    assert got["data"] == data
+    got, waiting, st, log = read_while_held(swift, origin, str(tmp_path / "b"), opts, blocks)
+    assert got == data and waiting, (st, log)
     # No block from the store but for a request the service failed (on the
     # 2-CPU CI runner, under TSan, Swift has answered one or two GETs more than
     # shared_timeout late: each such read goes to the store), and this node
@@ -732,6 +741,30 @@ def test_key_file_is_needed_and_kept_secret(swift, tmp_path):
     assert "shared_key_file %s: 31 bytes" % short in err and "at least 32" in err, err
     err = mount(shared_opts(swift, "keys", key=str(tmp_path / "none.key")))
     assert "shared_key_file %s: No such file or directory" % (tmp_path / "none.key") in err, err
+
+
+def test_lease_of_a_node_with_a_skewed_clock(swift, origin, tmp_path):
+    """Issue 22: another node, whose clock is an hour behind, holds the run's
+    lease it has just written. Its age is the service's Date less its
+    Last-Modified (one clock): the daemon waits for the blocks, as for any
+    held lease, instead of taking the lease for an hour old and fetching the
+    run from the store."""
+    data, n, opts = fill(swift, origin, tmp_path, "skew", 4 * BLOCK, ["shared_wait=30"])
+    (lkey,) = leases_in(swift, "skew")
+    s3 = swift.s3()
+    blocks = {k: s3.get_object(Bucket=SHARED, Key=k)["Body"].read()
+              for k in blocks_in(swift, "skew")}
+    for k in blocks:
+        s3.delete_object(Bucket=SHARED, Key=k)
+    body = "othernode-0123456789abcdef %d\n" % (int(time.time() * 1000) - 3600 * 1000)
+    s3.put_object(Bucket=SHARED, Key=lkey, Body=body.encode())
+    got, waiting, st, log = read_while_held(swift, origin, str(tmp_path / "b"), opts, blocks)
+    assert got == data
+    # none from the store but for a request the service failed (test_another_nodes_run_lease)
+    assert st["store_reads"] <= st["shared_errors"], (brief(st), log)
+    assert st["shared_leases"] == 0 and st["shared_waits"] >= 1, (brief(st), log)
+    assert waiting, (brief(st), log)
+    assert leases_in(swift, "skew")[lkey] == body.encode()
 
 
 def test_replaced_file_gets_new_blocks(swift, origin, tmp_path):

@@ -382,7 +382,7 @@ static void reset_resp(struct remote_resp *resp)
 	resp->content_range[0] = '\0';
 	resp->retry_after_s = 0;
 	resp->content_type[0] = '\0';
-	resp->mtime_ns = 0;
+	resp->mtime_ns = resp->date_ns = 0;
 	resp->content_length = -1;
 	resp->total = -1;
 	resp->body_len = 0;
@@ -414,6 +414,10 @@ static size_t on_header(char *line, size_t size, size_t nmemb, void *user)
 			   n - (size_t)(v - line));
 		time_t t = curl_getdate(resp->last_modified, NULL);
 		resp->mtime_ns = t > 0 ? (int64_t)t * 1000000000 : 0;
+	} else if (header_is(line, n, "date", &v)) {
+		copy_value(tmp, sizeof(tmp), v, n - (size_t)(v - line));
+		time_t t = curl_getdate(tmp, NULL);
+		resp->date_ns = t > 0 ? (int64_t)t * 1000000000 : 0;
 	} else if (header_is(line, n, "content-length", &v)) {
 		copy_value(tmp, sizeof(tmp), v, n - (size_t)(v - line));
 		resp->content_length = strtoll(tmp, NULL, 10);
