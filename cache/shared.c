@@ -79,8 +79,11 @@ static void write_one(struct cache_shared *sh, const struct put_job *j)
 	if (j->check) {
 		rc = remote_blob_head(sh->blob, j->key, &size, &res);
 		if (rc == 0 && size == (uint64_t)j->len + CACHE_SHARED_TRAILER) {
+			/* Nothing was written: a probe of refused writes stays a
+			 * question, not an answer (a read-only bucket went "up"
+			 * here, and down at the next PUT, every SHARED_RETRY_S). */
 			shared_count(&sh->put_skips, 1);
-			cache_shared_went_well(sh, &sh->wr, t);
+			cache_shared_release(&sh->wr, t);
 			return;
 		}
 		/* a HEAD that failed only leaves the question open: the PUT's

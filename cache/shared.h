@@ -25,7 +25,9 @@
  *    answered others sends its read to the store and changes no state. A
  *    tier that refuses writes (full, read-only credentials, or slower than
  *    10 times shared_timeout to store a block) still serves reads, and has
- *    its own up/down for writes.
+ *    its own up/down for writes, which only a write the service takes
+ *    brings up (a HEAD that finds the block written already is no answer:
+ *    a read-only bucket is reported once, not every SHARED_RETRY_S).
  *  - Writes (cache_shared_put()) go through a bounded queue to writer
  *    threads, after the block's readers were answered. A full queue drops
  *    the block (counted), but for a block whose lease this node holds (other

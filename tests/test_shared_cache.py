@@ -17,8 +17,9 @@ credentials or a missing bucket (the mount fails, saying why), or an
 unreachable cache (the mount goes on without it, saying so). Issue 22: a
 block forged by a holder of the bucket's credentials, without the cluster's
 key (refused, counted, never kept, written over), a node with another key; a
-missing or loose key file (the mount fails, saying why); and a lease written by a
-node whose clock is an hour off (judged by the service's clock).
+missing or loose key file (the mount fails, saying why); a lease written by a
+node whose clock is an hour off (judged by the service's clock); and a
+bucket that refuses writes (reported once, read on, no flapping).
 """
 import hmac
 import os
@@ -765,6 +766,62 @@ def test_lease_of_a_node_with_a_skewed_clock(swift, origin, tmp_path):
     assert st["shared_leases"] == 0 and st["shared_waits"] >= 1, (brief(st), log)
     assert waiting, (brief(st), log)
     assert leases_in(swift, "skew")[lkey] == body.encode()
+
+
+def test_read_only_shared_cache_does_not_flap(swift, origin, tmp_path):
+    """Issue 22: a bucket whose PUTs are refused (403: read-only credentials).
+    Its refusal is logged once; blocks are still read from it; writes stop,
+    but for one probe every 5 s. A probe whose HEAD finds the block there
+    already (another node wrote it since our GET missed) writes nothing: it
+    is no sign that writes work, and used to bring writes "up again" until
+    the next PUT, every 5 s. Over three such probes: one line, writes still
+    refused, none "up again"."""
+    files = {"hit.bin": 2 * BLOCK, "model.bin": BLOCK}
+    files.update({"fresh%d.bin" % i: BLOCK for i in range(4)})
+    data = {name: rc.data_for("ro-" + name, size) for name, size in files.items()}
+    for name, d in data.items():
+        (tmp_path / "src" / name).write_bytes(d)
+    opts = shared_opts(swift, "readonly", ["shared_wait=0"])
+    with mcfs_mount(origin.url, str(tmp_path / "a"), opts=opts, env=ENV) as a:
+        for name in ("hit.bin", "model.bin"):
+            assert read(a.p(name)) == data[name]
+        written(a, 3)
+    model = r"/model\.bin-\w+/1M-0 HTTP"
+    with FaultProxy(swift.port) as px:
+        # every PUT refused; model.bin's GET misses, as if another node wrote
+        # it just after: its write's HEAD finds it
+        px.refuse = [("PUT", r"", 403), ("GET", model, 404)]
+        opts_b = shared_opts(swift, "readonly", ["shared_wait=0", "readahead_max=1M",
+                                                 "read_ahead_kb=128"], endpoint=px.url)
+        with mcfs_mount(origin.url, str(tmp_path / "b"), opts=opts_b, env=ENV) as b:
+            assert read(b.p("hit.bin")) == data["hit.bin"]
+            assert read(b.p("fresh0.bin")) == data["fresh0.bin"]
+            assert wait_for(lambda: b.stats()["shared_state"] == 3, 30), b.log()
+            for i in range(1, 4):
+                # a write of model.bin's block probes once the 5 s are up
+                def probed(want=i):
+                    run_mcfs("evict", b.p("model.bin"))
+                    assert read(b.p("model.bin")) == data["model.bin"]
+                    heads = [ln for ln in px.request_lines
+                             if ln.startswith("HEAD ") and re.search(model, ln)]
+                    return len(heads) >= want
+                assert wait_for(probed, timeout=30, step=0.5), (px.request_lines, b.log())
+                # then a block not there: written if the probe had brought writes up
+                drops = b.stats()["shared_put_drops"]
+                fresh = "fresh%d.bin" % i
+                assert read(b.p(fresh)) == data[fresh]
+                assert wait_for(lambda: b.stats()["shared_put_drops"] > drops and
+                                b.stats()["shared_queued"] == 0, 30), b.log()
+            assert read(b.p("hit.bin")) == data["hit.bin"]  # RAM, or the shared cache again
+            st = b.stats()
+            log = b.log()
+    refusing = [ln for ln in log.splitlines() if "refuses writes" in ln]
+    assert len(refusing) == 1 and "AccessDenied" in refusing[0], log
+    assert "writes up again" not in log, log
+    assert st["shared_state"] == 3 and st["shared_hits"] >= 2, (brief(st), log)
+    assert st["shared_puts"] == 0 and st["shared_put_skips"] >= 3, (brief(st), log)
+    down, _ = state_lines(log)
+    assert down == [], log
 
 
 def test_replaced_file_gets_new_blocks(swift, origin, tmp_path):
