@@ -217,7 +217,13 @@ enum cache_counter_type {
 	X(CACHE, shared_put_drops, "shared_put_drops", COUNTER, "shared_put_drops_total", NULL,    \
 	  "Blocks not written: the queue was full, the tier down or refusing, or the PUT failed.") \
 	X(CACHE, shared_corrupt, "shared_corrupt", COUNTER, "shared_corrupt_total", NULL,          \
-	  "Shared objects refused (wrong size or checksum): fetched from the store, written over.")\
+	  "Shared objects refused as not a sealed block (wrong size, no trailer, another "         \
+	  "length): fetched from the store, written over.")                                        \
+	X(CACHE, shared_unauthentic, "shared_unauthentic", COUNTER, "shared_unauthentic_total",    \
+	  NULL,                                                                                    \
+	  "Shared blocks refused because their seal did not match shared_key_file (forged, "       \
+	  "written by a node with another key, or damaged): fetched from the store, written "      \
+	  "over.")                                                                                 \
 	X(CACHE, shared_errors, "shared_errors", COUNTER, "shared_errors_total", NULL,             \
 	  "Shared cache requests that failed (no answer, a timeout, a 5xx, a refusal).")           \
 	X(CACHE, shared_queued, "shared_queued", GAUGE, "shared_put_queue", NULL,                  \

@@ -31,8 +31,9 @@
  * shared_health.c; every request asks cache_shared_begin() first and reports
  * how it went.
  *
- * Refuses: to serve bytes it could not verify; to hold a reader for a
- * write; to log credentials.
+ * Refuses: to serve bytes it could not authenticate (shared_seal.c: a MAC
+ * keyed by the cluster's shared_key_file, which bucket credentials alone do
+ * not give); to hold a reader for a write; to log credentials or the key.
  */
 #define _GNU_SOURCE
 #include "shared.h"
@@ -78,8 +79,11 @@ static void write_one(struct cache_shared *sh, const struct put_job *j)
 	if (j->check) {
 		rc = remote_blob_head(sh->blob, j->key, &size, &res);
 		if (rc == 0 && size == (uint64_t)j->len + CACHE_SHARED_TRAILER) {
+			/* Nothing was written: a probe of refused writes stays a
+			 * question, not an answer (a read-only bucket went "up"
+			 * here, and down at the next PUT, every SHARED_RETRY_S). */
 			shared_count(&sh->put_skips, 1);
-			cache_shared_went_well(sh, &sh->wr, t);
+			cache_shared_release(&sh->wr, t);
 			return;
 		}
 		/* a HEAD that failed only leaves the question open: the PUT's
@@ -88,7 +92,12 @@ static void write_one(struct cache_shared *sh, const struct put_job *j)
 		if (rc < 0 && rc != -ENOENT)
 			shared_count(&sh->errors, 1);
 	}
-	cache_shared_trailer(j->key, j->data, j->len, tr);
+	if (cache_shared_trailer(sh->seal, j->key, j->data, j->len, tr) < 0) {
+		shared_count(&sh->errors, 1);
+		cache_shared_release(&sh->wr, t);
+		drop(sh, j);
+		return;
+	}
 	rc = remote_blob_put(sh->blob, j->key, j->data, j->len, tr, sizeof(tr), &res);
 	if (rc < 0 && t == T_NORMAL && (res.busy || res.quiet)) {
 		/* Cut by a busy service (shared_health.c), seen in CI: a PUT of a
@@ -269,6 +278,7 @@ static int probe(struct cache_shared *sh, const struct cfg *cfg)
 static void free_shared(struct cache_shared *sh)
 {
 	remote_blob_close(sh->blob);
+	cache_shared_seal_free(sh->seal);
 	pthread_mutex_destroy(&sh->lock);
 	pthread_cond_destroy(&sh->work);
 	pthread_cond_destroy(&sh->runs_changed);
@@ -311,7 +321,9 @@ int cache_shared_open(const struct cfg *cfg, const char *store, uint64_t bs, uns
 	pthread_cond_init(&sh->room, &ca);
 	pthread_condattr_destroy(&ca);
 	sh->q = calloc(sh->qmax, sizeof(*sh->q));
-	rc = sh->q ? remote_blob_open(cfg, &sh->blob) : -ENOMEM;
+	rc = sh->q ? cache_shared_seal_load(cfg->shared_key_file, &sh->seal) : -ENOMEM;
+	if (rc == 0)
+		rc = remote_blob_open(cfg, &sh->blob);
 	if (rc == 0) {
 		sh->name = remote_blob_name(sh->blob);
 		rc = probe(sh, cfg);
@@ -391,6 +403,7 @@ void cache_shared_get_stats(struct cache_shared *sh, struct cache_stats *out)
 	out->shared_early = load(&sh->early);
 	out->shared_unasked = load(&sh->unasked);
 	out->shared_corrupt = load(&sh->corrupt);
+	out->shared_unauthentic = load(&sh->unauthentic);
 	out->shared_errors = load(&sh->errors);
 	pthread_mutex_lock(&sh->lock);
 	out->shared_queued = sh->qn + sh->writing;

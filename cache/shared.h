@@ -6,11 +6,14 @@
  * Contracts:
  *  - Only whole blocks, each an object named after the store's identity, the
  *    file's path, version and size, the block size and the index
- *    (cache_shared_key()), stored as the block's bytes and a 32-byte trailer
- *    (magic, length, the name's hash, XXH3-64 of the bytes). A block is
- *    served only if the object has exactly that size and the trailer checks
- *    out (cache_shared_verify()); anything else is counted as corrupt, logged,
- *    fetched from the store and written over.
+ *    (cache_shared_key()), stored as the block's bytes and a 48-byte trailer
+ *    (magic, length, HMAC-SHA256 of the name, length and bytes keyed by the
+ *    cluster's shared_key_file: cache_shared_trailer()). A block is served
+ *    only if the object has exactly that size and the trailer checks out
+ *    (cache_shared_verify()); anything else is refused, counted (corrupt:
+ *    not a sealed block of this size; unauthentic: sealed with another key,
+ *    forged, or damaged), logged, fetched from the store and written over.
+ *    A refused block never reaches the RAM slot's readers or the disk tier.
  *  - Reads never wait on a silent tier for long: one attempt per request,
  *    cut when the service sent nothing for shared_timeout (cache/remote/
  *    blob.c has the clocks: a busy service that answers other requests
@@ -22,7 +25,9 @@
  *    answered others sends its read to the store and changes no state. A
  *    tier that refuses writes (full, read-only credentials, or slower than
  *    10 times shared_timeout to store a block) still serves reads, and has
- *    its own up/down for writes.
+ *    its own up/down for writes, which only a write the service takes
+ *    brings up (a HEAD that finds the block written already is no answer:
+ *    a read-only bucket is reported once, not every SHARED_RETRY_S).
  *  - Writes (cache_shared_put()) go through a bounded queue to writer
  *    threads, after the block's readers were answered. A full queue drops
  *    the block (counted), but for a block whose lease this node holds (other
@@ -33,7 +38,9 @@
  *    fetches it from the store and writes it; the others wait for it in the
  *    shared cache, up to shared_wait seconds, then fetch it themselves. The
  *    lease is an object beside the block, last writer wins: best effort,
- *    so a race costs a duplicate store read, never a wrong byte.
+ *    so a race costs a duplicate store read, never a wrong byte. A lease's
+ *    age is the service's to say (the Date of the answer that brought it,
+ *    less its Last-Modified: one clock), so the nodes' clocks need not agree.
  *
  * Lock: sh->lock (private) guards the write queue and the state changes; a
  * leaf, never held across a request or the done callback. The counters are
@@ -53,8 +60,10 @@
 struct cache_shared;
 struct cache_stats;
 
-/* Bytes after the block in its object: magic, length, name hash, checksum. */
-#define CACHE_SHARED_TRAILER 32
+/* Bytes after the block in its object: magic, length, MAC. */
+#define CACHE_SHARED_TRAILER 48
+/* The cluster key's least length in bytes (shared_key_file): 128 bits even as hex digits. */
+#define CACHE_SHARED_KEY_MIN 32
 /* Longest object name we make (an S3 key may be 1024 bytes; the prefix adds to it). */
 #define CACHE_SHARED_KEY_MAX 384
 
@@ -80,15 +89,41 @@ MCFS_MUST_CHECK int cache_shared_key(const char *store, uint64_t bs,
 				     const struct cache_shared_block *blk, char *out,
 				     size_t outlen);
 
-/* Writes the trailer of @len bytes at @data stored as @key into @out. Can't fail. */
-void cache_shared_trailer(const char *key, const void *data, uint32_t len,
-			  unsigned char out[CACHE_SHARED_TRAILER]);
+/* The cluster's key (shared_key_file), which seals and checks blocks (shared_seal.c). */
+struct cache_shared_seal;
 
 /*
- * Checks @trailer against @len bytes at @data stored as @key. Returns 0, or
- * -EBADMSG with *why (static text) saying what did not match.
+ * Reads the key file @path: its bytes less trailing newlines and spaces, at
+ * least CACHE_SHARED_KEY_MIN of them; a regular file that only its owner may
+ * read or write. Returns 0 with *out set (free with cache_shared_seal_free()),
+ * or -errno, logged as an error naming the file and the fix: -ENOENT and the
+ * like (open), -EPERM (group or others may read or write it), -EINVAL (not a
+ * regular file, too short, too long), -ENOMEM, -ENOSYS (no HMAC in libcrypto).
+ * The key is never logged.
  */
-MCFS_MUST_CHECK int cache_shared_verify(const char *key, const void *data, uint32_t len,
+MCFS_MUST_CHECK int cache_shared_seal_load(const char *path, struct cache_shared_seal **out);
+
+/* A seal of @len bytes at @key (copied), for tests: 0, -EINVAL (length), -ENOMEM or -ENOSYS. */
+MCFS_MUST_CHECK int cache_shared_seal_new(const void *key, size_t len,
+					  struct cache_shared_seal **out);
+
+/* Clears the key and frees @s. NULL is ignored. */
+void cache_shared_seal_free(struct cache_shared_seal *s);
+
+/* Writes the trailer of @len bytes at @data stored as @key into @out. 0, or -ENOMEM. */
+MCFS_MUST_CHECK int cache_shared_trailer(const struct cache_shared_seal *s, const char *key,
+					 const void *data, uint32_t len,
+					 unsigned char out[CACHE_SHARED_TRAILER]);
+
+/*
+ * Checks @trailer against @len bytes at @data stored as @key, sealed with
+ * @s. Returns 0; -EBADMSG (no trailer of ours, or another length: damaged, or
+ * not a block), -EKEYREJECTED (the MAC does not match: forged, sealed with
+ * another key, or its bytes damaged), both with *why (static text) saying
+ * what did not match; or -ENOMEM.
+ */
+MCFS_MUST_CHECK int cache_shared_verify(const struct cache_shared_seal *s, const char *key,
+					const void *data, uint32_t len,
 					const unsigned char trailer[CACHE_SHARED_TRAILER],
 					const char **why);
 
@@ -98,7 +133,7 @@ enum cache_shared_got {
 	CACHE_SHARED_HIT,   /* the block is in the buffer, verified */
 	CACHE_SHARED_MISS,  /* not there: fetch, then write it (if still absent) */
 	CACHE_SHARED_OWNED, /* not there, and this node holds its lease: fetch, write */
-	CACHE_SHARED_BAD,   /* a corrupt copy: fetch, then write it over */
+	CACHE_SHARED_BAD,   /* a refused copy (corrupt or unauthentic): fetch, write it over */
 	/* asked, and the request failed (the tier may still be up: one late
 	 * answer on a busy service): fetch, then write it if still up and absent */
 	CACHE_SHARED_FAILED,
@@ -109,10 +144,12 @@ enum cache_shared_got {
  * the call; see cache_shared_key()) with blocks of @bs bytes, and starts its
  * writer threads. @done(@ctx, arg) is called once for each put accepted,
  * after it was written or dropped. @queue_max bounds the write queue.
- * Checks the bucket and the credentials first: returns -EACCES (refused) or
- * -ENOENT (no such bucket), both logged as errors, which fail the mount; a
- * service that does not answer leaves the tier down (a warning), tried again
- * later. Returns 0 with *out set, or a negative errno.
+ * Reads cfg->shared_key_file first: a key file refused there
+ * (cache_shared_seal_load(), logged) fails the open. Then checks the bucket
+ * and the credentials: returns -EACCES (refused) or -ENOENT (no such
+ * bucket), both logged as errors, which fail the mount; a service that does
+ * not answer leaves the tier down (a warning), tried again later. Returns 0
+ * with *out set, or a negative errno.
  */
 MCFS_MUST_CHECK int cache_shared_open(const struct cfg *cfg, const char *store, uint64_t bs,
 				      unsigned queue_max, void (*done)(void *ctx, void *arg),

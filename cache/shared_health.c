@@ -5,7 +5,8 @@
  * A request that fails (no answer, a timeout, a 5xx; for reads also 403)
  * takes its state down with one log line; while down, requests are not sent
  * (reads go to the store, writes are dropped) but one probe every
- * SHARED_RETRY_S seconds, whose success brings it up with one line.
+ * SHARED_RETRY_S seconds, whose success brings it up with one line (for
+ * writes, a write the service took: shared.c's write_one()).
  * Requests that were in flight when it went down change nothing: only a
  * probe brings it back, so a slow service does not flap.
  *

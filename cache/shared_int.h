@@ -72,8 +72,9 @@ struct shared_run {
 
 struct cache_shared {
 	struct remote_blob *blob;
-	const char *name; /* s3://bucket/prefix, for logs */
-	char store[128];  /* cache_store_dir_name() of the store */
+	struct cache_shared_seal *seal; /* the cluster's key: seals and checks blocks */
+	const char *name;		/* s3://bucket/prefix, for logs */
+	char store[128];		/* cache_store_dir_name() of the store */
 	uint64_t bs;
 	double wait_s;	     /* shared_wait */
 	uint64_t run_blocks; /* shared_run in blocks, at least 1 */
@@ -111,7 +112,7 @@ struct cache_shared {
 
 	/* The shared_* rows of cache/counters.h; relaxed. */
 	atomic_uint_fast64_t hits, misses, read_bytes, waits, wait_timeouts, puts, put_bytes,
-	    put_skips, put_drops, corrupt, errors, leases, put_waits, early, unasked;
+	    put_skips, put_drops, corrupt, unauthentic, errors, leases, put_waits, early, unasked;
 };
 
 static inline void shared_count(atomic_uint_fast64_t *c, uint64_t n)
@@ -136,6 +137,16 @@ static inline struct timespec cache_shared_deadline(double s)
 
 /* Sets the latency estimates' first values. */
 void cache_shared_lease_init(struct cache_shared *sh);
+
+/*
+ * Was a lease written within @wait_s seconds? Judged by the service's clock
+ * where it gave one: @date_ns (the Date of its answer) less @modified_ns (the
+ * lease's Last-Modified), whole seconds each, so a second more is allowed
+ * either way. Without them, by the writer's clock (@written_ms, the lease's
+ * body) against this node's (@now_ms), @wait_s either way. Pure.
+ */
+bool cache_shared_lease_fresh(int64_t date_ns, int64_t modified_ns, uint64_t written_ms,
+			      uint64_t now_ms, double wait_s);
 
 /* Names the lease of @blk's run into @out. 0 or -ENAMETOOLONG / -ENOMEM. */
 int cache_shared_lease_key(const struct cache_shared *sh, const struct cache_shared_block *blk,

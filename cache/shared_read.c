@@ -16,6 +16,14 @@
  * a wrong byte); a lease whose node died costs the waiters shared_wait, once,
  * and expires after that long.
  *
+ * A lease's age is the service's to tell: the Date of the answer that
+ * brought it less its Last-Modified (cache_shared_lease_fresh()), one clock,
+ * to the second. The nodes' clocks are never compared: a node whose clock
+ * was off by about shared_wait took over leases still held, or waited on
+ * dead ones. The time in the lease's body (the writer's clock) is for
+ * people, and for a service that sends no Date. A node's own timers (when to
+ * write its lease again, how long to wait) run on its monotonic clock.
+ *
  * One lease covers a run of blocks (shared_run, 256 MiB of a file), not one block:
  * taking a lease costs three small requests and a pause before the store
  * read can begin. Measured on one node with a 2 Gbit/s origin (2 CPUs, Swift
@@ -110,24 +118,28 @@ static enum cache_shared_got get_block(struct cache_shared *sh, enum ticket t, c
 
 	rc = remote_blob_get(sh->blob, key, buf, blk->len, tr, sizeof(tr), &res);
 	if (rc == 0)
-		rc = cache_shared_verify(key, buf, blk->len, tr, &why);
+		rc = cache_shared_verify(sh->seal, key, buf, blk->len, tr, &why);
 	else if (rc == -EBADMSG)
 		why = "its size is not the block's and trailer's: truncated, or not a block";
-	if (rc == 0 || rc == -ENOENT || rc == -EBADMSG)
-		cache_shared_went_well(sh, &sh->rd, t);
+	if (rc == 0 || rc == -ENOENT || rc == -EBADMSG || rc == -EKEYREJECTED || rc == -ENOMEM)
+		cache_shared_went_well(sh, &sh->rd, t); /* the service answered */
 	if (rc == 0) {
 		shared_count(&sh->read_bytes, blk->len);
 		return CACHE_SHARED_HIT;
 	}
 	if (rc == -ENOENT)
 		return CACHE_SHARED_MISS;
-	if (rc == -EBADMSG) {
-		shared_count(&sh->corrupt, 1);
+	if (rc == -EBADMSG || rc == -EKEYREJECTED) {
+		/* The caller fetches the block over the bytes in @buf, which no
+		 * reader sees and no tier keeps. */
+		shared_count(rc == -EBADMSG ? &sh->corrupt : &sh->unauthentic, 1);
 		MCFS_WARN("shared cache %s%s (block %" PRIu64 " of %s): refused, %s; fetching it "
 			  "from the store and writing it over",
 			  sh->name, key, blk->index, blk->path, why);
 		return CACHE_SHARED_BAD;
 	}
+	if (rc == -ENOMEM) /* not checked, so not served: the store (not written over) */
+		return CACHE_SHARED_FAILED;
 	cache_shared_went_wrong(sh, &sh->rd, t, "GET", key, &res);
 	return CACHE_SHARED_FAILED;
 }
@@ -149,6 +161,19 @@ int cache_shared_lease_key(const struct cache_shared *sh, const struct cache_sha
 	return rc < 0 || (size_t)rc >= len - n ? -ENAMETOOLONG : 0;
 }
 
+bool cache_shared_lease_fresh(int64_t date_ns, int64_t modified_ns, uint64_t written_ms,
+			      uint64_t now_ms, double wait_s)
+{
+	int64_t wait_ms = (int64_t)(wait_s * 1000), age_ms;
+
+	if (date_ns > 0 && modified_ns > 0) {
+		/* whole seconds each: a second more either way */
+		age_ms = (date_ns - modified_ns) / 1000000;
+		return age_ms < wait_ms + 1000 && age_ms > -(wait_ms + 1000);
+	}
+	return written_ms + (uint64_t)wait_ms > now_ms && written_ms < now_ms + (uint64_t)wait_ms;
+}
+
 /*
  * Reads the lease @lkey: 0 with *mine (ours) and *held (someone's, younger
  * than shared_wait, not released), -ENOENT, or -EIO / -ENOTCONN (the tier
@@ -158,7 +183,6 @@ static int read_lease(struct cache_shared *sh, const char *lkey, bool *mine, boo
 {
 	char body[LEASE_MAX + 1], node[96], state[16] = "";
 	unsigned long long t0 = mcfs_now_ns(), ms = 0;
-	uint64_t now = wall_ms(), wait_ms = (uint64_t)(sh->wait_s * 1000);
 	struct remote_blob_res res;
 	enum ticket t = cache_shared_begin(&sh->rd);
 	size_t n;
@@ -182,7 +206,7 @@ static int read_lease(struct cache_shared *sh, const char *lkey, bool *mine, boo
 	if (sscanf(body, "%95s %llu %15s", node, &ms, state) < 2)
 		return 0;
 	*mine = strcmp(node, sh->node) == 0;
-	fresh = ms + wait_ms > now && ms < now + wait_ms; /* written within shared_wait */
+	fresh = cache_shared_lease_fresh(res.date_ns, res.modified_ns, ms, wall_ms(), sh->wait_s);
 	*held = fresh && strcmp(state, "released") != 0;
 	if (!*mine && fresh)
 		atomic_store(&sh->others_ns, mcfs_now_ns()); /* another node, lately */

@@ -1,24 +1,30 @@
 /*
  * shared_test.c - unit test of how the shared block tier names and seals a
- * block (shared_key.c): one block, one name, on every node and every run;
+ * block (shared_key.c, shared_seal.c) and judges a lease's age
+ * (shared_read.c): one block, one name, on every node and every run;
  * another store, file, version, size, block size or index, another name; a
- * name that is a safe S3 key of bounded length whatever the path holds; and
- * a trailer that accepts its own block and refuses a flipped byte, a
- * truncated block, another block's trailer and bytes that are not a trailer.
- * Exits 0 (pass) or 1 (fail).
+ * name that is a safe S3 key of bounded length whatever the path holds; a
+ * trailer that accepts its own block and refuses a flipped byte, a truncated
+ * block, another block's trailer, another key's seal and bytes that are not
+ * a trailer; HMAC-SHA256 as computed apart; a key file refused unless its
+ * owner's alone and long enough; and a lease's age taken from the service's
+ * clock whatever the nodes' clocks say. Exits 0 (pass) or 1 (fail).
  */
 #define _GNU_SOURCE
 #include "cache_int.h"
 #include "mcfs_test.h"
+#include "shared_int.h"
 
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #define STORE "http-127.0.0.1_8080_models-0123456789abcdef"
 #define BS (8u << 20)
-#define NAME_START "mcfs1/" STORE "/model-00001-of-00002.safetensors-"
+#define NAME_START "mcfs2/" STORE "/model-00001-of-00002.safetensors-"
 
 static const char *key_of(const char *store, uint64_t bs, const char *path, const char *version,
 			  uint64_t size, uint64_t index, char *out)
@@ -107,59 +113,180 @@ static void test_odd_paths(void)
 	}
 }
 
+#define KEY32 "0123456789abcdef0123456789abcdef"
+
 static void test_trailer(void)
 {
-	const char *key = "mcfs1/" STORE "/m.bin-00/8M-3", *why = NULL;
+	const char *key = "mcfs2/" STORE "/m.bin-00/8M-3", *why = NULL;
 	unsigned char tr[CACHE_SHARED_TRAILER], bad[CACHE_SHARED_TRAILER];
+	struct cache_shared_seal *s = NULL, *other = NULL;
 	uint32_t len = 1000003;
 	char *data = malloc(len);
 	uint32_t i;
 
+	CHECK(cache_shared_seal_new(KEY32, 31, &s) == -EINVAL, "a 31-byte key accepted");
+	if (cache_shared_seal_new(KEY32, 32, &s) < 0 ||
+	    cache_shared_seal_new(KEY32 "!", 33, &other) < 0) {
+		CHECK(false, "no seal");
+		return;
+	}
 	for (i = 0; i < len; i++)
 		data[i] = (char)(i * 2654435761u >> 24);
-	cache_shared_trailer(key, data, len, tr);
-	CHECK(memcmp(tr, "MCFSBLK1", 8) == 0, "magic");
-	CHECK(cache_shared_verify(key, data, len, tr, &why) == 0, "its own block refused: %s",
+	CHECK(cache_shared_trailer(s, key, data, len, tr) == 0, "no trailer");
+	CHECK(memcmp(tr, "MCFSBLK2", 8) == 0, "magic");
+	CHECK(cache_shared_verify(s, key, data, len, tr, &why) == 0, "its own block refused: %s",
 	      why ? why : "-");
 	/* one flipped bit anywhere in the block */
 	data[len / 2] ^= 1;
 	why = NULL;
-	CHECK(cache_shared_verify(key, data, len, tr, &why) == -EBADMSG && why &&
-		  strstr(why, "checksum"),
+	CHECK(cache_shared_verify(s, key, data, len, tr, &why) == -EKEYREJECTED && why &&
+		  strstr(why, "shared_key_file"),
 	      "flipped bit: %s", why ? why : "accepted");
 	data[len / 2] ^= 1;
 	data[len - 1] ^= (char)0x80;
-	CHECK(cache_shared_verify(key, data, len, tr, &why) == -EBADMSG, "last byte flipped");
+	CHECK(cache_shared_verify(s, key, data, len, tr, &why) == -EKEYREJECTED,
+	      "last byte flipped");
 	data[len - 1] ^= (char)0x80;
+	/* the same block sealed with another key (another cluster, or an attacker's) */
+	CHECK(cache_shared_trailer(other, key, data, len, bad) == 0, "no trailer");
+	CHECK(memcmp(bad, tr, sizeof(tr)) != 0, "two keys, one seal");
+	CHECK(cache_shared_verify(s, key, data, len, bad, &why) == -EKEYREJECTED,
+	      "another key's seal accepted");
+	CHECK(cache_shared_verify(other, key, data, len, tr, &why) == -EKEYREJECTED,
+	      "a seal accepted under another key");
 	/* the block cut short: the trailer says another length */
 	why = NULL;
-	CHECK(cache_shared_verify(key, data, len - 1, tr, &why) == -EBADMSG && why &&
+	CHECK(cache_shared_verify(s, key, data, len - 1, tr, &why) == -EBADMSG && why &&
 		  strstr(why, "length"),
 	      "short block: %s", why ? why : "accepted");
 	/* right bytes, right length, but sealed as another block (copied object) */
-	why = NULL;
-	CHECK(cache_shared_verify("mcfs1/" STORE "/m.bin-00/8M-4", data, len, tr, &why) ==
-		      -EBADMSG &&
-		  why && strstr(why, "another block"),
-	      "other name: %s", why ? why : "accepted");
+	CHECK(cache_shared_verify(s, "mcfs2/" STORE "/m.bin-00/8M-4", data, len, tr, &why) ==
+		  -EKEYREJECTED,
+	      "sealed as another block, accepted");
 	/* the trailer's own bytes damaged, or not a trailer at all */
 	memcpy(bad, tr, sizeof(bad));
-	bad[29] ^= 4;
-	CHECK(cache_shared_verify(key, data, len, bad, &why) == -EBADMSG, "damaged checksum");
+	bad[40] ^= 4;
+	CHECK(cache_shared_verify(s, key, data, len, bad, &why) == -EKEYREJECTED, "damaged MAC");
 	memcpy(bad, tr, sizeof(bad));
 	bad[0] = 'X';
 	why = NULL;
-	CHECK(cache_shared_verify(key, data, len, bad, &why) == -EBADMSG && why &&
+	CHECK(cache_shared_verify(s, key, data, len, bad, &why) == -EBADMSG && why &&
 		  strstr(why, "trailer"),
 	      "no magic: %s", why ? why : "accepted");
-	/* the last 32 bytes of a plain block (an object someone else wrote) */
-	CHECK(cache_shared_verify(key, data, len - 32, (unsigned char *)data + len - 32, &why) ==
-		  -EBADMSG,
+	/* the last bytes of a plain block (an object someone else wrote) */
+	CHECK(cache_shared_verify(s, key, data, len - CACHE_SHARED_TRAILER,
+				  (unsigned char *)data + len - CACHE_SHARED_TRAILER,
+				  &why) == -EBADMSG,
 	      "plain bytes taken for a trailer");
 	/* an empty block seals and checks too */
-	cache_shared_trailer(key, data, 0, tr);
-	CHECK(cache_shared_verify(key, data, 0, tr, &why) == 0, "empty block");
+	CHECK(cache_shared_trailer(s, key, data, 0, tr) == 0 &&
+		  cache_shared_verify(s, key, data, 0, tr, &why) == 0,
+	      "empty block");
+	cache_shared_seal_free(s);
+	cache_shared_seal_free(other);
 	free(data);
+}
+
+/*
+ * The seal is HMAC-SHA256 as RFC 4231 defines it, over the name and its NUL,
+ * the length (8 bytes, little-endian) and the bytes: a known answer,
+ * computed apart (Python: hmac.new(key, b"mcfs2/k\0" + (3).to_bytes(8,
+ * "little") + b"abc", "sha256")), so that another implementation can check
+ * our blocks and tests can seal one.
+ */
+static void test_known_seal(void)
+{
+	static const unsigned char want[32] = {0xbe, 0x4a, 0xae, 0x34, 0x82, 0xa3, 0xc1, 0x9e,
+					       0x05, 0x0b, 0xc9, 0x19, 0xd7, 0x4b, 0x77, 0x0d,
+					       0xc5, 0xd1, 0x15, 0xac, 0x83, 0x0a, 0x6f, 0x0d,
+					       0x4a, 0xef, 0x13, 0xc4, 0xbe, 0xe7, 0x47, 0x5a};
+	unsigned char tr[CACHE_SHARED_TRAILER];
+	struct cache_shared_seal *s = NULL;
+
+	if (cache_shared_seal_new(KEY32, 32, &s) < 0) {
+		CHECK(false, "no seal");
+		return;
+	}
+	CHECK(cache_shared_trailer(s, "mcfs2/k", "abc", 3, tr) == 0, "no trailer");
+	CHECK(memcmp(tr, "MCFSBLK2\3\0\0\0\0\0\0\0", 16) == 0, "magic and length");
+	CHECK(memcmp(tr + 16, want, 32) == 0, "not HMAC-SHA256 of name, length and bytes");
+	cache_shared_seal_free(s);
+}
+
+/* The key file: refused unless its owner's alone and long enough; trailing newlines are no key. */
+static void test_key_file(void)
+{
+	char path[] = "/tmp/shared_test_key_XXXXXX";
+	struct cache_shared_seal *s = NULL, *t = NULL;
+	unsigned char a[CACHE_SHARED_TRAILER], b[CACHE_SHARED_TRAILER];
+	int fd = mkstemp(path);
+
+	if (fd < 0) {
+		CHECK(false, "mkstemp: %s", strerror(errno));
+		return;
+	}
+	CHECK(write(fd, KEY32 "\n", 33) == 33, "write");
+	CHECK(fchmod(fd, 0644) == 0, "chmod");
+	CHECK(cache_shared_seal_load(path, &s) == -EPERM, "a key others may read accepted");
+	CHECK(fchmod(fd, 0600) == 0, "chmod");
+	CHECK(cache_shared_seal_load(path, &s) == 0, "a good key file refused");
+	/* the newline is not part of the key: a file written by echo seals as one without */
+	CHECK(cache_shared_seal_new(KEY32, 32, &t) == 0, "no seal");
+	if (s && t) {
+		CHECK(cache_shared_trailer(s, "k", "x", 1, a) == 0 &&
+			  cache_shared_trailer(t, "k", "x", 1, b) == 0 &&
+			  memcmp(a, b, sizeof(a)) == 0,
+		      "the newline changed the key");
+	}
+	cache_shared_seal_free(s);
+	cache_shared_seal_free(t);
+	s = NULL;
+	CHECK(ftruncate(fd, 0) == 0 && pwrite(fd, "short key\n\n", 11, 0) == 11, "rewrite");
+	CHECK(cache_shared_seal_load(path, &s) == -EINVAL && !s, "a short key accepted");
+	close(fd);
+	unlink(path);
+	CHECK(cache_shared_seal_load(path, &s) == -ENOENT, "a missing key file");
+	CHECK(cache_shared_seal_load("/tmp", &s) == -EINVAL, "a directory as key file");
+}
+
+/*
+ * A lease's age is the service's Date less its Last-Modified, whatever the
+ * writer's clock (the body's time) and this node's say: nodes whose clocks are
+ * an hour apart judge one lease alike. Without the service's clock, the old
+ * rule: the body's time against this node's.
+ */
+static void test_lease_age(void)
+{
+	const int64_t s = 1000000000;	   /* ns */
+	const int64_t lm = 1767225600 * s; /* the lease's Last-Modified: 2026-01-01 */
+	const uint64_t hour = 3600 * 1000, body = 1767225600ull * 1000;
+	const double wait = 10;
+
+	/* written 3 s ago by the service's clock: held, whatever the clocks of the
+	 * writer and of this node say (an hour behind, an hour ahead, the same) */
+	CHECK(cache_shared_lease_fresh(lm + 3 * s, lm, body - hour, body + 3000, wait),
+	      "a writer an hour behind: taken for expired");
+	CHECK(cache_shared_lease_fresh(lm + 3 * s, lm, body + hour, body + 3000, wait),
+	      "a writer an hour ahead");
+	CHECK(cache_shared_lease_fresh(lm + 3 * s, lm, body, body + 3000 - hour, wait),
+	      "this node an hour behind");
+	CHECK(cache_shared_lease_fresh(lm + 3 * s, lm, body, body + 3000 + hour, wait),
+	      "this node an hour ahead");
+	/* 20 s old by the service's clock: expired, though the body and this node agree it is new
+	 */
+	CHECK(!cache_shared_lease_fresh(lm + 20 * s, lm, body, body, wait),
+	      "an expired lease held by the writer's clock");
+	/* to the second: shared_wait and a second's rounding held, beyond that not */
+	CHECK(cache_shared_lease_fresh(lm + 10 * s, lm, 0, 0, wait), "10 s of 10");
+	CHECK(!cache_shared_lease_fresh(lm + 11 * s, lm, 0, 0, wait), "11 s of 10");
+	CHECK(cache_shared_lease_fresh(lm - 1 * s, lm, 0, 0, wait), "a second early (rounding)");
+	CHECK(!cache_shared_lease_fresh(lm - 60 * s, lm, 0, 0, wait), "a minute in the future");
+	/* no Date (or no Last-Modified): the writer's clock against this node's */
+	CHECK(cache_shared_lease_fresh(0, lm, body, body + 3000, wait), "no Date, 3 s");
+	CHECK(!cache_shared_lease_fresh(0, lm, body, body + 20000, wait), "no Date, 20 s");
+	CHECK(!cache_shared_lease_fresh(lm + 3 * s, 0, body, body + 20000, wait),
+	      "no Last-Modified, 20 s");
+	CHECK(!cache_shared_lease_fresh(0, 0, body + 20000, body, wait), "no Date, 20 s ahead");
 }
 
 int main(void)
@@ -167,6 +294,9 @@ int main(void)
 	test_names();
 	test_odd_paths();
 	test_trailer();
+	test_known_seal();
+	test_key_file();
+	test_lease_age();
 	if (failures) {
 		fprintf(stderr, "shared_test: %d check(s) failed\n", failures);
 		return T_EXIT_FAIL;

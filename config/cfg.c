@@ -213,6 +213,10 @@ static const struct key keys[] = {
     {"shared_session_token", KEY_STR, F(shared_session_token), 0, 0, NULL,
      "the shared cache's session token"},
     {"shared_addressing", KEY_STR, F(shared_addressing), 0, 0, check_addressing, "path or virtual"},
+    {"shared_key_file", KEY_STR, F(shared_key_file), 0, 0, NULL,
+     "a file holding the cluster's secret key (at least 32 bytes, readable by its owner "
+     "only, the same on every node): blocks in the shared cache are sealed with it, and a "
+     "node serves none it cannot authenticate; needed with shared_cache"},
     {"shared_timeout", KEY_DOUBLE, F(shared_timeout), 0.1, 3600, NULL,
      "seconds, 0.1 to 3600; how long the shared cache may show no progress: a request is "
      "given up (its read goes to the store) when the service does not connect, or sends no "
@@ -792,6 +796,14 @@ int cfg_validate(const struct cfg *c, char *err, size_t errlen)
 	if ((c->shared_access_key[0] != '\0') != (c->shared_secret_key[0] != '\0')) {
 		snprintf(err, errlen,
 			 "shared_access_key and shared_secret_key must be given together");
+		return -EINVAL;
+	}
+	if (c->shared_cache[0] && !c->shared_key_file[0]) {
+		snprintf(err, errlen,
+			 "shared_cache needs shared_key_file: a file of at least 32 secret bytes "
+			 "(e.g. openssl rand -hex 32), the same on every node and readable by its "
+			 "owner only, that seals the cluster's blocks (deploy/README.md: who can "
+			 "make a node serve what)");
 		return -EINVAL;
 	}
 	return 0;

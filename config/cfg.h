@@ -91,6 +91,7 @@ struct cfg {
 	char shared_secret_key[256];	   /* never logged */
 	char shared_session_token[2048];   /* never logged */
 	char shared_addressing[16];	   /* "path" or "virtual" */
+	char shared_key_file[CFG_STR_MAX]; /* the cluster's key, which seals blocks; needed */
 	double shared_timeout;		   /* seconds the shared cache may show no progress */
 	unsigned shared_queue;		   /* blocks queued for PUT (each pins a RAM slot) */
 	double shared_wait;		   /* seconds to wait for another node's fetch; 0 = off */

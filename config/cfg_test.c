@@ -470,15 +470,31 @@ static void test_secret_hidden(void)
 	CHECK(rc == -EINVAL && !strstr(err, "SeCrEt"), "shared_session_token: %s", err);
 }
 
-/* The shared cache's keys: a place that is an S3 URL, its limits, its key pair. */
+/* shared_cache=@v, with the key file it needs: accepted. Without one: refused, naming it. */
+static void expect_shared_ok(const char *v)
+{
+	char err[CFG_ERR_MAX] = "";
+	struct cfg c;
+
+	cfg_init(&c);
+	CHECK(cfg_set(&c, "shared_cache", v, err, sizeof(err)) == 0, "%s: %s", v, err);
+	CHECK(cfg_validate(&c, err, sizeof(err)) == -EINVAL, "shared_cache=%s without a key", v);
+	CHECK_MSG("shared_cache without a key", err, "shared_key_file", "at least 32");
+	CHECK(cfg_set(&c, "shared_key_file", "/etc/mcfs/cluster.key", err, sizeof(err)) == 0 &&
+		  cfg_validate(&c, err, sizeof(err)) == 0,
+	      "shared_cache=%s refused: %s", v, err);
+}
+
+/* The shared cache's keys: a place that is an S3 URL, its limits, its key pair, its key file. */
 static void test_shared_cache(void)
 {
 	char err[CFG_ERR_MAX];
 	struct cfg c;
 
 	expect_ok("shared_cache", "");
-	expect_ok("shared_cache", "s3://bucket");
-	expect_ok("shared_cache", "s3://bucket/some/prefix");
+	expect_ok("shared_key_file", "/etc/mcfs/cluster.key"); /* unused without shared_cache */
+	expect_shared_ok("s3://bucket");
+	expect_shared_ok("s3://bucket/some/prefix");
 	expect_bad("shared_cache", "http://host/bucket", "s3://bucket[/prefix]");
 	expect_bad("shared_cache", "s3://", "s3://bucket[/prefix]");
 	expect_bad("shared_cache", "s3:///prefix", "s3://bucket[/prefix]");

@@ -10,7 +10,7 @@ set -euo pipefail
 what=${1:-build}
 
 build_pkgs=(build-essential cmake pkg-config fuse3 libfuse3-dev libcurl4-openssl-dev
-	liburing-dev liblmdb-dev libinih-dev libxxhash-dev libcjson-dev libexpat1-dev
+	liburing-dev liblmdb-dev libinih-dev libxxhash-dev libcjson-dev libexpat1-dev libssl-dev
 	libmicrohttpd-dev python3 python3-pip)
 # What build-libfuse.sh needs: dpkg-source, meson and ninja to build
 # Debian's fuse3 source; libnuma-dev for its io_uring code (and for the

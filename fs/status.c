@@ -61,11 +61,12 @@ static void print_shared(const struct cache_stats *cs)
 	       mcfs_fmt_bytes(cs->shared_read_bytes, a, sizeof(a)),
 	       (unsigned long long)cs->shared_waits, (unsigned long long)cs->shared_wait_timeouts);
 	printf("              written %s (%llu blocks), %llu found there already, %llu dropped, "
-	       "%llu queued; %llu errors, %llu corrupt objects refused\n",
+	       "%llu queued; %llu errors, %llu corrupt and %llu unauthentic objects refused\n",
 	       mcfs_fmt_bytes(cs->shared_put_bytes, b, sizeof(b)),
 	       (unsigned long long)cs->shared_puts, (unsigned long long)cs->shared_put_skips,
 	       (unsigned long long)cs->shared_put_drops, (unsigned long long)cs->shared_queued,
-	       (unsigned long long)cs->shared_errors, (unsigned long long)cs->shared_corrupt);
+	       (unsigned long long)cs->shared_errors, (unsigned long long)cs->shared_corrupt,
+	       (unsigned long long)cs->shared_unauthentic);
 	printf("              %llu runs leased (fetched here for the cluster), %llu of their "
 	       "writes waited for room in the queue; %llu blocks fetched while claiming, "
 	       "%llu without asking (runs held here)\n",

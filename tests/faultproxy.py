@@ -23,8 +23,12 @@ connection. Faults are armed by the test and hit the next requests:
                            # expression (None: all)
     p.get_delay = (r"-1 ", 3.0)  # answers to GETs whose line matches r"-1 " wait 3 s (a
                                  # request queued behind others)
+    p.refuse = [("PUT", r"", 403)]  # requests of that method whose line matches the regular
+                                    # expression are answered with that status and an S3
+                                    # error document (403 AccessDenied, 404 NoSuchKey), not
+                                    # sent on (a read-only bucket; an object not there yet)
     p.counts           # {"requests": n, "503": n, "dropped": n, "stalled": n, "held": n,
-                       #  "delayed": n, "paced": n}
+                       #  "delayed": n, "paced": n, "refused": n}
     p.held_lines       # the request lines of the requests held, as they arrived
     p.request_lines    # the first 1000 request lines, as received
     p.stop()
@@ -90,8 +94,9 @@ class FaultProxy:
         self.rate = 0
         self.rate_match = None
         self.get_delay = None
+        self.refuse = []
         self.counts = {"requests": 0, "503": 0, "dropped": 0, "stalled": 0, "held": 0,
-                       "delayed": 0, "paced": 0}
+                       "delayed": 0, "paced": 0, "refused": 0}
         self.gate = threading.Event()
         self.gate.set()
         self.held_lines = []
@@ -169,6 +174,8 @@ class FaultProxy:
                 head, body, buf = self._request_body(c, head, buf)
                 if body is None:
                     return
+                if self._refused(c, head):
+                    continue
                 if up is None:
                     up = socket.create_connection(self.up)
                     self.conns.add(up)
@@ -248,6 +255,27 @@ class FaultProxy:
                         s.close()
                     except OSError:
                         pass
+
+    def _refused(self, c, head):
+        """Answers the request itself if a rule of self.refuse matches it; True if so."""
+        line = head.split(b"\r\n", 1)[0].decode("latin-1")
+        method = line.split(" ", 1)[0]
+        for m, pattern, status in self.refuse:
+            if m == method and re.search(pattern, line):
+                break
+        else:
+            return False
+        code, reason = {403: ("AccessDenied", "Forbidden"),
+                        404: ("NoSuchKey", "Not Found")}[status]
+        doc = ("<?xml version='1.0' encoding='UTF-8'?>\n<Error><Code>%s</Code>"
+               "<Message>refused by the test's proxy</Message></Error>" % code).encode()
+        if method == "HEAD":
+            doc = b""
+        with self.lock:
+            self.counts["refused"] += 1
+        c.sendall(b"HTTP/1.1 %d %s\r\nContent-Type: application/xml\r\n"
+                  b"Content-Length: %d\r\n\r\n" % (status, reason.encode(), len(doc)) + doc)
+        return True
 
     def _chunks(self, c, up, buf):
         """Passes on a chunked body to its last chunk and trailers (buf: what came

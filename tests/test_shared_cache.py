@@ -14,8 +14,14 @@ on another (used, never counted down); a corrupted and a truncated object
 (refused, fetched from the store, written over, correct afterwards); a file
 replaced in the store (the new version's blocks, never the old); and wrong
 credentials or a missing bucket (the mount fails, saying why), or an
-unreachable cache (the mount goes on without it, saying so).
+unreachable cache (the mount goes on without it, saying so). Issue 22: a
+block forged by a holder of the bucket's credentials, without the cluster's
+key (refused, counted, never kept, written over), a node with another key; a
+missing or loose key file (the mount fails, saying why); a lease written by a
+node whose clock is an hour off (judged by the service's clock); and a
+bucket that refuses writes (reported once, read on, no flapping).
 """
+import hmac
 import os
 import re
 import time
@@ -34,7 +40,8 @@ pytestmark = pytest.mark.skipif(not have_swift(), reason="swift/memcached not in
 SHARED = "shared"  # the shared cache's bucket
 MODELS = "models"  # the s3 store's bucket
 BLOCK = rc.BLOCK
-TRAILER = 32
+TRAILER = 48  # "MCFSBLK2", the length, HMAC-SHA256 (cache/shared_seal.c)
+KEY = b"test-cluster-key-0123456789abcdef0123456789abcdef"  # shared_key_file's bytes
 # RAM only, 1 MiB blocks; no page cache kept across opens, so that a second
 # read of a file reaches the daemon. shared_timeout 10 s, not the default 2:
 # under a sanitizer on the 2-CPU CI runner Swift has answered a GET more than
@@ -47,10 +54,20 @@ ENV = {"AWS_ACCESS_KEY_ID": "", "AWS_SECRET_ACCESS_KEY": "", "AWS_PROFILE": "",
        "AWS_ENDPOINT_URL": "", "AWS_SHARED_CREDENTIALS_FILE": "/nonexistent"}
 
 
+def key_file(path, key=KEY, mode=0o600):
+    """Writes a cluster key file (with a newline, as echo would: not part of the key)."""
+    with open(path, "wb") as f:
+        f.write(key + b"\n")
+    os.chmod(path, mode)
+    return str(path)
+
+
 @pytest.fixture(scope="module")
 def swift(tmp_path_factory):
     need_root()
-    sw = Swift(str(tmp_path_factory.mktemp("swift"))).start()
+    top = tmp_path_factory.mktemp("swift")
+    sw = Swift(str(top)).start()
+    sw.key_file = key_file(top / "cluster.key")
     try:
         s3 = sw.s3()
         s3.create_bucket(Bucket=SHARED)
@@ -60,10 +77,20 @@ def swift(tmp_path_factory):
         sw.stop()
 
 
-def shared_opts(sw, prefix, extra=(), endpoint=None, secret=SWIFT_SECRET):
+def shared_opts(sw, prefix, extra=(), endpoint=None, secret=SWIFT_SECRET, key=None):
     return OPTS + ["shared_cache=s3://%s/%s" % (SHARED, prefix),
                    "shared_endpoint=" + (endpoint or sw.endpoint),
-                   "shared_access_key=" + SWIFT_KEY, "shared_secret_key=" + secret] + list(extra)
+                   "shared_access_key=" + SWIFT_KEY, "shared_secret_key=" + secret,
+                   "shared_key_file=" + (key or sw.key_file)] + list(extra)
+
+
+def sealed(name, data, key=KEY):
+    """A block object as a node with cluster key `key` writes it (cache/shared_seal.c):
+    the bytes, "MCFSBLK2", the length and HMAC-SHA256 of the name (relative to the
+    prefix), its NUL, the length and the bytes."""
+    n = len(data).to_bytes(8, "little")
+    mac = hmac.new(key, name.encode() + b"\0" + n + data, "sha256").digest()
+    return data + b"MCFSBLK2" + n + mac
 
 
 def read(path):
@@ -143,7 +170,8 @@ def test_two_daemons_share_blocks_http(swift, origin, tmp_path):
             status
         # a PUT a loaded runner's Swift failed is counted and sent again (b95bad8)
         assert ("written 6.0 MiB (%d blocks), 0 found there already, 0 dropped, 0 queued; "
-                "%d errors, 0 corrupt objects refused" % (n, st["shared_errors"])) in status, status
+                "%d errors, 0 corrupt and 0 unauthentic objects refused"
+                % (n, st["shared_errors"])) in status, status
         objs = blocks_in(swift, "http")
         # whole blocks, the last one short, each with its trailer
         assert list(objs.values()) == [BLOCK + TRAILER] * (n - 1) + \
@@ -159,8 +187,9 @@ def test_two_daemons_share_blocks_http(swift, origin, tmp_path):
         assert ("shared tier: up; hit ratio 100.0%% (%d hits, 0 misses), 6.0 MiB read; "
                 "0 waited for another node's fetch, 0 gave up waiting" % n) in status, status
         assert ("written 0 B (0 blocks), 0 found there already, 0 dropped, 0 queued; "
-                "0 errors, 0 corrupt objects refused") in status, status
+                "0 errors, 0 corrupt and 0 unauthentic objects refused") in status, status
         assert st["shared_hits"] == n and st["shared_corrupt"] == 0, st
+        assert st["shared_unauthentic"] == 0, st
         assert st["shared_read_bytes"] == len(data), st
         assert origin_gets(str(tmp_path / "access.log"), "model.bin") == []
 
@@ -246,6 +275,24 @@ def leases_in(sw, prefix):
     return out
 
 
+def read_while_held(swift, origin, path, opts, blocks):
+    """A daemon reads model.bin while another node holds its run's lease; the
+    blocks (key -> object) appear in the shared cache a second after the read
+    began. Returns the bytes read, whether the read was still waiting then
+    (for the other node), the daemon's counters and its log."""
+    s3 = swift.s3()
+    with mcfs_mount(origin.url, path, opts=opts, env=ENV) as b:
+        got = {}
+        t = threading.Thread(target=lambda: got.update(data=read(b.p("model.bin"))))
+        t.start()
+        time.sleep(1)
+        waiting = t.is_alive()
+        for k, body in blocks.items():
+            s3.put_object(Bucket=SHARED, Key=k, Body=body)
+        t.join(60)
+        return got.get("data"), waiting, b.stats(), b.log()
+
+
 def test_another_nodes_run_lease(swift, origin, tmp_path):
     """One lease covers a run of a file's blocks (256 MiB: all of this file).
     A run that another node holds: the daemon waits for its blocks and reads
@@ -275,18 +322,8 @@ def test_another_nodes_run_lease(swift, origin, tmp_path):
     # held: the blocks appear a second after the read began
     other_node()
     open(str(tmp_path / "access.log"), "w").close()
-    with mcfs_mount(origin.url, str(tmp_path / "b"), opts=opts, env=ENV) as b:
-        got = {}
-        t = threading.Thread(target=lambda: got.update(data=read(b.p("model.bin"))))
-        t.start()
-        time.sleep(1)
-        assert t.is_alive()  # waiting for the other node
-        for k, body in blocks.items():
-            s3.put_object(Bucket=SHARED, Key=k, Body=body)
-        t.join(60)
-        st = b.stats()
-        log = b.log()
-    assert got["data"] == data
+    got, waiting, st, log = read_while_held(swift, origin, str(tmp_path / "b"), opts, blocks)
+    assert got == data and waiting, (st, log)
     # No block from the store but for a request the service failed (on the
     # 2-CPU CI runner, under TSan, Swift has answered one or two GETs more than
     # shared_timeout late: each such read goes to the store), and this node
@@ -573,9 +610,10 @@ def test_busy_shared_cache_is_waited_for(swift, origin, tmp_path):
 
 
 def test_corrupt_and_truncated_objects(swift, origin, tmp_path):
-    """One object with a flipped byte, one cut short: the next daemon refuses
-    both (never serves them), reads those blocks from the store, writes them
-    over; a third daemon then finds every block good."""
+    """One object with a flipped byte (its seal fails: unauthentic), one cut
+    short (corrupt): the next daemon refuses both (never serves them), reads
+    those blocks from the store, writes them over; a third daemon then finds
+    every block good."""
     data = rc.data_for("corrupt", 6 * BLOCK + 4321)
     (tmp_path / "src" / "model.bin").write_bytes(data)
     n = nblocks(data)
@@ -595,11 +633,13 @@ def test_corrupt_and_truncated_objects(swift, origin, tmp_path):
         assert read(b.p("model.bin")) == data
         st = written(b, 2)
         log = b.log()
-    assert st["shared_corrupt"] == 2 and st["store_reads"] == 2, st
+    assert st["shared_corrupt"] == 1 and st["shared_unauthentic"] == 1, st
+    assert st["store_reads"] == 2, st
     assert st["shared_hits"] == n - 2 and st["shared_puts"] == 2, st
     refused = [ln for ln in log.splitlines() if "refused" in ln and "writing it over" in ln]
     assert len(refused) == 2, log
-    assert any("checksum mismatch" in ln and flipped.rsplit("/", 1)[1] in ln for ln in refused)
+    assert any("not sealed with this node's shared_key_file" in ln and
+               flipped.rsplit("/", 1)[1] in ln for ln in refused)
     assert any("truncated" in ln and cut.rsplit("/", 1)[1] in ln for ln in refused)
     for k, v in good.items():
         assert s3.get_object(Bucket=SHARED, Key=k)["Body"].read() == v, k
@@ -607,6 +647,181 @@ def test_corrupt_and_truncated_objects(swift, origin, tmp_path):
         assert read(c.p("model.bin")) == data
         st = c.stats()
     assert st["shared_hits"] == n and st["shared_corrupt"] == 0 and st["store_reads"] == 0, st
+    assert st["shared_unauthentic"] == 0, st
+
+
+def fill(swift, origin, tmp_path, prefix, size, extra=()):
+    """One daemon reads a new tmp_path/src/model.bin of size bytes and writes its
+    blocks to the shared cache under prefix; returns (data, blocks, the options)."""
+    data = rc.data_for(prefix, size)
+    (tmp_path / "src" / "model.bin").write_bytes(data)
+    n = nblocks(data)
+    opts = shared_opts(swift, prefix, extra)
+    with mcfs_mount(origin.url, str(tmp_path / "a"), opts=opts, env=ENV) as a:
+        assert read(a.p("model.bin")) == data
+        written(a, n)
+    return data, n, opts
+
+
+def test_forged_block_is_refused_and_written_over(swift, origin, tmp_path):
+    """Issue 22: whoever holds the bucket's credentials, but not the cluster's
+    key, rewrites a block with other bytes and a trailer of the right form,
+    sealed with a key of their own (the best they can do). A fresh node with
+    a disk tier serves the file's own bytes, counts the block unauthentic,
+    reads it from the store and writes it over with a block sealed with the
+    cluster's key; the forged bytes never reach its disk tier (the same node
+    without the shared cache serves every block from there, right). A node
+    with another key refuses every block."""
+    data, n, opts = fill(swift, origin, tmp_path, "forged", 5 * BLOCK + 777)
+    s3 = swift.s3()
+    keys = list(blocks_in(swift, "forged"))
+    names = [k[len("forged/"):] for k in keys]  # what the seal covers: relative to the prefix
+    # the cluster's blocks are sealed as documented
+    for i, k in enumerate(keys):
+        good = data[i * BLOCK:(i + 1) * BLOCK]
+        assert s3.get_object(Bucket=SHARED, Key=k)["Body"].read() == sealed(names[i], good), k
+    evil = rc.data_for("evil", BLOCK)
+    s3.put_object(Bucket=SHARED, Key=keys[2], Body=sealed(names[2], evil, key=b"attacker" * 8))
+    cache = str(tmp_path / "cache")
+    with mcfs_mount(origin.url, str(tmp_path / "b"), opts=opts + ["cache_dir=" + cache],
+                    env=ENV) as b:
+        assert read(b.p("model.bin")) == data
+        st = written(b, 1)
+        st = wait_for(lambda: (lambda x: x if x["disk_writes"] >= n else None)(b.stats()), 30) \
+            or b.stats()
+        log = b.log()
+    assert st["shared_unauthentic"] == 1 and st["shared_corrupt"] == 0, (brief(st), log)
+    assert st["store_reads"] == 1 and st["shared_hits"] == n - 1, (brief(st), log)
+    assert st["shared_puts"] == 1 and st["disk_writes"] == n, (brief(st), log)
+    refused = [ln for ln in log.splitlines() if "refused, " in ln and "writing it over" in ln]
+    assert len(refused) == 1 and names[2] in refused[0] and \
+        "not sealed with this node's shared_key_file" in refused[0], log
+    good = data[2 * BLOCK:3 * BLOCK]
+    assert s3.get_object(Bucket=SHARED, Key=keys[2])["Body"].read() == sealed(names[2], good)
+    # the same node, its disk tier only: every block from there, none forged
+    with mcfs_mount(origin.url, str(tmp_path / "b"), opts=OPTS + ["cache_dir=" + cache],
+                    env=ENV) as b:
+        assert read(b.p("model.bin")) == data
+        st = b.stats()
+    assert st["disk_hits"] == n and st["store_reads"] == 0, st
+    # a node with another key: no block of the cluster's is served, each read from the store
+    other = key_file(tmp_path / "other.key", b"another-cluster-key-0123456789abcdef")
+    with mcfs_mount(origin.url, str(tmp_path / "c"), opts=shared_opts(swift, "forged", key=other),
+                    env=ENV) as c:
+        assert read(c.p("model.bin")) == data
+        st = c.stats()
+    assert st["shared_unauthentic"] == n and st["shared_hits"] == 0, brief(st)
+    assert st["store_reads"] == n, brief(st)
+
+
+def test_key_file_is_needed_and_kept_secret(swift, tmp_path):
+    """shared_cache without shared_key_file, a key file others may read, one
+    too short or missing: the mount fails, naming the file and the fix, and
+    never showing the key."""
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "a.txt").write_bytes(b"hello")
+    mnt = str(tmp_path / "mnt")
+    os.makedirs(mnt)
+
+    def mount(opts):
+        r = run_mcfs("mount", str(src), mnt, "-f", "-o", ",".join(opts + ["cache_dir="]),
+                     env=ENV)
+        assert r.returncode != 0, r.stdout + r.stderr
+        return r.stderr
+
+    no_key = [o for o in shared_opts(swift, "keys") if not o.startswith("shared_key_file=")]
+    err = mount(no_key)
+    assert "shared_cache needs shared_key_file" in err, err
+    loose = key_file(tmp_path / "loose.key", mode=0o644)
+    err = mount(shared_opts(swift, "keys", key=loose))
+    assert "shared_key_file %s: group or others may read or write it (mode 0644)" % loose in err
+    assert "chmod 600" in err and KEY.decode() not in err, err
+    short = key_file(tmp_path / "short.key", b"0123456789abcdef0123456789abcde")  # 31
+    err = mount(shared_opts(swift, "keys", key=short))
+    assert "shared_key_file %s: 31 bytes" % short in err and "at least 32" in err, err
+    err = mount(shared_opts(swift, "keys", key=str(tmp_path / "none.key")))
+    assert "shared_key_file %s: No such file or directory" % (tmp_path / "none.key") in err, err
+
+
+def test_lease_of_a_node_with_a_skewed_clock(swift, origin, tmp_path):
+    """Issue 22: another node, whose clock is an hour behind, holds the run's
+    lease it has just written. Its age is the service's Date less its
+    Last-Modified (one clock): the daemon waits for the blocks, as for any
+    held lease, instead of taking the lease for an hour old and fetching the
+    run from the store."""
+    data, n, opts = fill(swift, origin, tmp_path, "skew", 4 * BLOCK, ["shared_wait=30"])
+    (lkey,) = leases_in(swift, "skew")
+    s3 = swift.s3()
+    blocks = {k: s3.get_object(Bucket=SHARED, Key=k)["Body"].read()
+              for k in blocks_in(swift, "skew")}
+    for k in blocks:
+        s3.delete_object(Bucket=SHARED, Key=k)
+    body = "othernode-0123456789abcdef %d\n" % (int(time.time() * 1000) - 3600 * 1000)
+    s3.put_object(Bucket=SHARED, Key=lkey, Body=body.encode())
+    got, waiting, st, log = read_while_held(swift, origin, str(tmp_path / "b"), opts, blocks)
+    assert got == data
+    # none from the store but for a request the service failed (test_another_nodes_run_lease)
+    assert st["store_reads"] <= st["shared_errors"], (brief(st), log)
+    assert st["shared_leases"] == 0 and st["shared_waits"] >= 1, (brief(st), log)
+    assert waiting, (brief(st), log)
+    assert leases_in(swift, "skew")[lkey] == body.encode()
+
+
+def test_read_only_shared_cache_does_not_flap(swift, origin, tmp_path):
+    """Issue 22: a bucket whose PUTs are refused (403: read-only credentials).
+    Its refusal is logged once; blocks are still read from it; writes stop,
+    but for one probe every 5 s. A probe whose HEAD finds the block there
+    already (another node wrote it since our GET missed) writes nothing: it
+    is no sign that writes work, and used to bring writes "up again" until
+    the next PUT, every 5 s. Over three such probes: one line, writes still
+    refused, none "up again"."""
+    files = {"hit.bin": 2 * BLOCK, "model.bin": BLOCK}
+    files.update({"fresh%d.bin" % i: BLOCK for i in range(4)})
+    data = {name: rc.data_for("ro-" + name, size) for name, size in files.items()}
+    for name, d in data.items():
+        (tmp_path / "src" / name).write_bytes(d)
+    opts = shared_opts(swift, "readonly", ["shared_wait=0"])
+    with mcfs_mount(origin.url, str(tmp_path / "a"), opts=opts, env=ENV) as a:
+        for name in ("hit.bin", "model.bin"):
+            assert read(a.p(name)) == data[name]
+        written(a, 3)
+    model = r"/model\.bin-\w+/1M-0 HTTP"
+    with FaultProxy(swift.port) as px:
+        # every PUT refused; model.bin's GET misses, as if another node wrote
+        # it just after: its write's HEAD finds it
+        px.refuse = [("PUT", r"", 403), ("GET", model, 404)]
+        opts_b = shared_opts(swift, "readonly", ["shared_wait=0", "readahead_max=1M",
+                                                 "read_ahead_kb=128"], endpoint=px.url)
+        with mcfs_mount(origin.url, str(tmp_path / "b"), opts=opts_b, env=ENV) as b:
+            assert read(b.p("hit.bin")) == data["hit.bin"]
+            assert read(b.p("fresh0.bin")) == data["fresh0.bin"]
+            assert wait_for(lambda: b.stats()["shared_state"] == 3, 30), b.log()
+            for i in range(1, 4):
+                # a write of model.bin's block probes once the 5 s are up
+                def probed(want=i):
+                    run_mcfs("evict", b.p("model.bin"))
+                    assert read(b.p("model.bin")) == data["model.bin"]
+                    heads = [ln for ln in px.request_lines
+                             if ln.startswith("HEAD ") and re.search(model, ln)]
+                    return len(heads) >= want
+                assert wait_for(probed, timeout=30, step=0.5), (px.request_lines, b.log())
+                # then a block not there: written if the probe had brought writes up
+                drops = b.stats()["shared_put_drops"]
+                fresh = "fresh%d.bin" % i
+                assert read(b.p(fresh)) == data[fresh]
+                assert wait_for(lambda: b.stats()["shared_put_drops"] > drops and
+                                b.stats()["shared_queued"] == 0, 30), b.log()
+            assert read(b.p("hit.bin")) == data["hit.bin"]  # RAM, or the shared cache again
+            st = b.stats()
+            log = b.log()
+    refusing = [ln for ln in log.splitlines() if "refuses writes" in ln]
+    assert len(refusing) == 1 and "AccessDenied" in refusing[0], log
+    assert "writes up again" not in log, log
+    assert st["shared_state"] == 3 and st["shared_hits"] >= 2, (brief(st), log)
+    assert st["shared_puts"] == 0 and st["shared_put_skips"] >= 3, (brief(st), log)
+    down, _ = state_lines(log)
+    assert down == [], log
 
 
 def test_replaced_file_gets_new_blocks(swift, origin, tmp_path):
@@ -708,6 +923,6 @@ def test_with_a_proxy_for_the_store(swift, origin, tmp_path):
         # the service failed (test_another_nodes_run_lease says why)
         assert len(reads) - len(reads_a) == st["store_reads"], (px.request_lines, brief(st))
         assert st["store_reads"] <= st["shared_errors"], (brief(st), log)
-        assert not any("mcfs1/" in ln or "localhost" in ln for ln in px.request_lines), \
+        assert not any("mcfs2/" in ln or "localhost" in ln for ln in px.request_lines), \
             px.request_lines
     assert st["shared_hits"] == n - st["store_reads"], (brief(st), log)

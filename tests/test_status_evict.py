@@ -48,7 +48,10 @@ def test_status_shows_a_shared_tier_that_is_down(tmp):
     the mount goes on, the reads come from the store, and status says the
     shared tier is down, with its counters: no hits, its failed requests."""
     data = write_random(str(tmp / "src" / "a.bin"), 3 * MiB, seed=7)
-    opts = OPTS + ["shared_cache=s3://nobody/here",
+    key = tmp / "cluster.key"
+    key.write_bytes(b"0123456789abcdef0123456789abcdef")
+    key.chmod(0o600)
+    opts = OPTS + ["shared_cache=s3://nobody/here", "shared_key_file=%s" % key,
                    "shared_endpoint=http://127.0.0.1:%d" % free_port()]
     with mcfs_mount(str(tmp / "src"), str(tmp / "mnt"), opts=opts) as m:
         assert open(m.p("a.bin"), "rb").read() == data
@@ -59,7 +62,7 @@ def test_status_shows_a_shared_tier_that_is_down(tmp):
     assert ("shared tier: DOWN: reads go to the store; hit ratio 0.0% (0 hits, 0 misses), "
             "0 B read;" in r.stdout), r.stdout
     assert re.search(r"written 0 B \(0 blocks\), 0 found there already, \d+ dropped, "
-                     r"0 queued; \d+ errors, 0 corrupt objects refused",
+                     r"0 queued; \d+ errors, 0 corrupt and 0 unauthentic objects refused",
                      r.stdout), r.stdout
 
 

@@ -246,6 +246,8 @@ static int run(struct remote_blob *b, const char *key, struct remote_req *req,
 	res->busy = resp->busy;
 	res->quiet = resp->quiet;
 	res->unanswered = resp->unanswered;
+	res->date_ns = resp->date_ns;
+	res->modified_ns = resp->mtime_ns;
 	return rc;
 }
 

@@ -40,6 +40,10 @@ struct remote_blob_res {
 			  * of ours: the service is busy, not gone */
 	bool quiet;	 /* cut because the service sent nothing, to any request of ours,
 			  * for shared_timeout */
+	/* The service's clock (ns since the epoch, to the second; 0 = not sent): its
+	 * Date, when it answered, and the object's Last-Modified, when it stored it.
+	 * Both from one clock, so that an object's age needs no node's. */
+	int64_t date_ns, modified_ns;
 };
 
 /*

@@ -382,8 +382,7 @@ static void reset_resp(struct remote_resp *resp)
 	resp->content_range[0] = '\0';
 	resp->retry_after_s = 0;
 	resp->content_type[0] = '\0';
-	resp->mtime_ns = 0;
-	resp->date_ns = 0;
+	resp->mtime_ns = resp->date_ns = 0;
 	resp->content_length = -1;
 	resp->total = -1;
 	resp->body_len = 0;

@@ -100,7 +100,7 @@ struct remote_resp {
 	char etag[REMOTE_ETAG_MAX]; /* as sent, quotes kept; "" if none */
 	char last_modified[64];	    /* as sent; "" if none */
 	int64_t mtime_ns;	    /* Last-Modified parsed; 0 if none */
-	int64_t date_ns;	    /* Date (the server's clock) parsed; 0 if none */
+	int64_t date_ns;	    /* Date parsed (the server's clock at its answer); 0 if none */
 	int64_t content_length;	    /* -1 if none */
 	int64_t total;		    /* Content-Range total, or Content-Length of a 200 */
 	char location[512];	    /* Location of a 3xx; "" if none */

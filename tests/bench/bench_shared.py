@@ -209,6 +209,11 @@ class Cluster:
         self.swift = Swift(os.path.join(self.work, "swift"), workers=2,
                            host=self.net.host).start()
         self.swift.s3().create_bucket(Bucket="shared")
+        # the cluster's key (shared_key_file), which seals every block
+        self.key_file = os.path.join(self.work, "cluster.key")
+        with open(os.open(self.key_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w") as f:
+            f.write(os.urandom(32).hex())
+        os.chmod(self.key_file, 0o600)
 
     @property
     def model_dir(self):
@@ -250,7 +255,8 @@ class Cluster:
         if shared_prefix:
             opts += ["shared_cache=s3://shared/" + shared_prefix,
                      "shared_endpoint=" + self.swift.endpoint,
-                     "shared_access_key=" + SWIFT_KEY, "shared_secret_key=" + SWIFT_SECRET]
+                     "shared_access_key=" + SWIFT_KEY, "shared_secret_key=" + SWIFT_SECRET,
+                     "shared_key_file=" + self.key_file]
             if self.args.shared_timeout:
                 opts.append("shared_timeout=%g" % self.args.shared_timeout)
         ns = self.net.nodes[i] if i < len(self.net.nodes) else self.net.add_node()
