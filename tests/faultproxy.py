@@ -23,8 +23,11 @@ connection. Faults are armed by the test and hit the next requests:
                            # expression (None: all)
     p.get_delay = (r"-1 ", 3.0)  # answers to GETs whose line matches r"-1 " wait 3 s (a
                                  # request queued behind others)
+    p.answer = fn      # fn(method, path, head) -> None (forward the request) or
+                       # (status, [(name, value)...], body): answered here, not forwarded,
+                       # then the connection is closed (a lying or misconfigured server)
     p.counts           # {"requests": n, "503": n, "dropped": n, "stalled": n, "held": n,
-                       #  "delayed": n, "paced": n}
+                       #  "delayed": n, "paced": n, "answered": n}
     p.held_lines       # the request lines of the requests held, as they arrived
     p.request_lines    # the first 1000 request lines, as received
     p.stop()
@@ -90,8 +93,9 @@ class FaultProxy:
         self.rate = 0
         self.rate_match = None
         self.get_delay = None
+        self.answer = None
         self.counts = {"requests": 0, "503": 0, "dropped": 0, "stalled": 0, "held": 0,
-                       "delayed": 0, "paced": 0}
+                       "delayed": 0, "paced": 0, "answered": 0}
         self.gate = threading.Event()
         self.gate.set()
         self.held_lines = []
@@ -168,6 +172,8 @@ class FaultProxy:
                     return
                 head, body, buf = self._request_body(c, head, buf)
                 if body is None:
+                    return
+                if self.answer and self._answer_here(c, head):
                     return
                 if up is None:
                     up = socket.create_connection(self.up)
@@ -248,6 +254,21 @@ class FaultProxy:
                         s.close()
                     except OSError:
                         pass
+
+    def _answer_here(self, c, head):
+        """Sends self.answer's response to this request, if it has one. True if it did."""
+        method, path = head.split(b" ", 2)[:2]
+        got = self.answer(method.decode("latin-1"), path.decode("latin-1"), head)
+        if got is None:
+            return False
+        status, headers, body = got
+        lines = ["HTTP/1.1 %d Answered\r\n" % status]
+        lines += ["%s: %s\r\n" % (k, v) for k, v in headers]
+        lines.append("Content-Length: %d\r\nConnection: close\r\n\r\n" % len(body))
+        with self.lock:
+            self.counts["answered"] += 1
+        c.sendall("".join(lines).encode("latin-1") + (b"" if method == b"HEAD" else body))
+        return True
 
     def _chunks(self, c, up, buf):
         """Passes on a chunked body to its last chunk and trailers (buf: what came
