@@ -542,10 +542,16 @@ static int setup(struct remote_fetch *f, CURL *h, const struct remote_req *req, 
 	curl_easy_setopt(h, CURLOPT_TCP_KEEPALIVE, 1L);
 	curl_easy_setopt(h, CURLOPT_BUFFERSIZE, (long)CURL_BUF_SIZE);
 	if (req->follow && (strcmp(req->method, "GET") == 0 || strcmp(req->method, "HEAD") == 0)) {
+		bool tls = strncasecmp(req->url, "https:", 6) == 0;
+
 		curl_easy_setopt(h, CURLOPT_FOLLOWLOCATION, 1L);
 		curl_easy_setopt(h, CURLOPT_MAXREDIRS, (long)REMOTE_MAX_REDIRS);
-		curl_easy_setopt(h, CURLOPT_REDIR_PROTOCOLS_STR,
-				 strncasecmp(req->url, "https:", 6) == 0 ? "https" : "http,https");
+#if LIBCURL_VERSION_NUM >= 0x075500 /* 7.85 has the string form, and deprecates the other */
+		curl_easy_setopt(h, CURLOPT_REDIR_PROTOCOLS_STR, tls ? "https" : "http,https");
+#else
+		curl_easy_setopt(h, CURLOPT_REDIR_PROTOCOLS,
+				 tls ? CURLPROTO_HTTPS : (long)(CURLPROTO_HTTP | CURLPROTO_HTTPS));
+#endif
 		curl_easy_setopt(h, CURLOPT_UNRESTRICTED_AUTH, 0L);
 	} else {
 		curl_easy_setopt(h, CURLOPT_FOLLOWLOCATION, 0L);
