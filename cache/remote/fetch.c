@@ -625,44 +625,6 @@ static int setup(struct remote_fetch *f, CURL *h, const struct remote_req *req, 
 	return 0;
 }
 
-/* Checks a finished ranged GET: right range, right object. 0 or -errno. */
-static int check_range(const struct remote_req *req, struct remote_resp *resp, const char *what)
-{
-	uint64_t a = 0, b = 0;
-
-	/* another size first: a shorter object also answers another range */
-	if (req->expect_total && resp->total >= 0 && (uint64_t)resp->total != req->expect_total) {
-		snprintf(resp->error, sizeof(resp->error), "%" PRId64 " bytes, not %" PRIu64,
-			 resp->total, req->expect_total);
-		return -ESTALE;
-	}
-	/* a 206 is complete only with exactly the asked range (a multipart answer has none) */
-	if (resp->status == 206 &&
-	    (sscanf(resp->content_range, "bytes %" SCNu64 "-%" SCNu64, &a, &b) != 2 ||
-	     a != req->off || b != req->off + req->len - 1)) {
-		snprintf(resp->error, sizeof(resp->error),
-			 "asked bytes %" PRIu64 "-%" PRIu64 ", HTTP 206 with %s%s", req->off,
-			 req->off + req->len - 1,
-			 resp->content_range[0] ? "Content-Range " : "no Content-Range",
-			 resp->content_range);
-		if (!req->quiet)
-			MCFS_ERR("%s: %s", what, resp->error);
-		return -EIO;
-	}
-	if (req->expect_etag && req->expect_etag[0] && resp->etag[0] &&
-	    strcmp(resp->etag, req->expect_etag) != 0)
-		return -ESTALE;
-	if (resp->got != req->len) {
-		snprintf(resp->error, sizeof(resp->error),
-			 "bytes %" PRIu64 "-%" PRIu64 ": got %zu of %zu bytes", req->off,
-			 req->off + req->len - 1, resp->got, req->len);
-		if (!req->quiet)
-			MCFS_ERR("%s: %s", what, resp->error);
-		return -EIO;
-	}
-	return 0;
-}
-
 static void sleep_ms(unsigned ms)
 {
 	struct timespec ts = {.tv_sec = ms / 1000, .tv_nsec = (long)(ms % 1000) * 1000000};
@@ -679,26 +641,6 @@ static const char *range_text(const struct remote_req *req, char *buf, size_t le
 		snprintf(buf, len, " bytes %" PRIu64 "-%" PRIu64, req->off,
 			 req->off + req->len - 1);
 	return buf;
-}
-
-/* Words a transfer that failed (@cc) into resp->error. */
-static void curl_words(struct remote_resp *resp, CURLcode cc, const char *errbuf)
-{
-	char loc[256];
-
-	remote_url_words(resp->location, loc, sizeof(loc));
-	if (cc == CURLE_TOO_MANY_REDIRECTS)
-		snprintf(resp->error, sizeof(resp->error),
-			 "more than %d redirects (a loop?), the last to %s", REMOTE_MAX_REDIRS,
-			 loc);
-	else if (cc == CURLE_UNSUPPORTED_PROTOCOL && resp->location[0])
-		snprintf(resp->error, sizeof(resp->error),
-			 "HTTP %ld to %s, which is refused: redirects go to http or https only, "
-			 "and from https to https only",
-			 resp->status, loc);
-	else
-		remote_copy(resp->error, sizeof(resp->error),
-			    errbuf[0] ? errbuf : curl_easy_strerror(cc));
 }
 
 /* The path of a URL: from the '/' after the host to the query; "" if none. */
@@ -836,7 +778,7 @@ int remote_fetch_do(struct remote_fetch *f, const struct remote_req *req, struct
 				  attempt + 1, max_attempts - 1);
 	}
 	if (cc != CURLE_OK) {
-		curl_words(resp, cc, errbuf);
+		remote_curl_words(resp, cc, errbuf);
 		log_failure(req, resp, what, MCFS_MIN(attempt + 1, max_attempts));
 		rc = -EIO;
 		goto out;
@@ -851,7 +793,7 @@ int remote_fetch_do(struct remote_fetch *f, const struct remote_req *req, struct
 	else if (rc == -ENOENT && !req->quiet_404 && !req->quiet)
 		MCFS_WARN("%s %s: not found (%s)", req->method, what, resp->error);
 	if (rc == 0 && req->len > 0)
-		rc = check_range(req, resp, what);
+		rc = remote_check_range(req, resp, what);
 out:
 	curl_easy_setopt(h, CURLOPT_ERRORBUFFER, NULL);
 	curl_slist_free_all(hdrs);

@@ -223,6 +223,23 @@ int remote_status_errno(long status, enum remote_want want);
 void remote_status_words(struct remote_resp *resp, const struct remote_req *req);
 
 /*
+ * Words a transfer that failed with CURLcode @curl_code into resp->error:
+ * curl's @errbuf, or for a redirect curl would not follow, the status and the
+ * Location ("more than 5 redirects (a loop?), the last to URL"). Can't fail.
+ */
+void remote_curl_words(struct remote_resp *resp, int curl_code, const char *errbuf);
+
+/*
+ * Checks a ranged GET whose status was taken (200 or 206): the object's total
+ * size (another: -ESTALE), a 206's Content-Range (exactly the asked range, else
+ * -EIO), the ETag (another: -ESTALE) and the bytes received (resp->got ==
+ * req->len, else -EIO). Words the failure into resp->error; logs the -EIO
+ * ones naming @what unless req->quiet. Returns 0 or the negative errno.
+ */
+MCFS_MUST_CHECK int remote_check_range(const struct remote_req *req, struct remote_resp *resp,
+				       const char *what);
+
+/*
  * A URL for a message, in out: no user:password@, no query (a signed URL's
  * signature: "?..." instead), printable ASCII only, cut to about 200
  * characters. Can't fail.

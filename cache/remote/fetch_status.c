@@ -5,6 +5,9 @@
  * request and the answer, so that ctest checks every row; fetch.c runs the
  * transfers.
  *
+ * A ranged GET's answer is checked here too, once the transfer is done: the
+ * range, all of it, of the object opened.
+ *
  * Design: a status means something only for the request it answers. A 206 is
  * a ranged GET's answer and nobody else's; a 304 answers only a conditional
  * GET; a 201 or 204 only a PUT. So the table has a column per kind of request
@@ -25,6 +28,7 @@
 
 #include <curl/curl.h>
 #include <errno.h>
+#include <inttypes.h>
 #include <limits.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -259,6 +263,65 @@ void remote_status_words(struct remote_resp *resp, const struct remote_req *req)
 	}
 	if (hint[0])
 		add(resp->error, n, "; %s", hint);
+}
+
+void remote_curl_words(struct remote_resp *resp, int curl_code, const char *errbuf)
+{
+	CURLcode cc = (CURLcode)curl_code;
+	char loc[256];
+
+	remote_url_words(resp->location, loc, sizeof(loc));
+	if (cc == CURLE_TOO_MANY_REDIRECTS)
+		snprintf(resp->error, sizeof(resp->error),
+			 "more than %d redirects (a loop?), the last to %s", REMOTE_MAX_REDIRS,
+			 loc);
+	else if (cc == CURLE_UNSUPPORTED_PROTOCOL && resp->location[0])
+		snprintf(resp->error, sizeof(resp->error),
+			 "HTTP %ld to %s, which is refused: redirects go to http or https only, "
+			 "and from https to https only",
+			 resp->status, loc);
+	else
+		remote_copy(resp->error, sizeof(resp->error),
+			    errbuf[0] ? errbuf : curl_easy_strerror(cc));
+}
+
+/* ---- a ranged GET's answer ---- */
+
+int remote_check_range(const struct remote_req *req, struct remote_resp *resp, const char *what)
+{
+	uint64_t a = 0, b = 0;
+
+	/* another size first: a shorter object also answers another range */
+	if (req->expect_total && resp->total >= 0 && (uint64_t)resp->total != req->expect_total) {
+		snprintf(resp->error, sizeof(resp->error), "%" PRId64 " bytes, not %" PRIu64,
+			 resp->total, req->expect_total);
+		return -ESTALE;
+	}
+	/* a 206 is complete only with exactly the asked range (a multipart answer has none) */
+	if (resp->status == 206 &&
+	    (sscanf(resp->content_range, "bytes %" SCNu64 "-%" SCNu64, &a, &b) != 2 ||
+	     a != req->off || b != req->off + req->len - 1)) {
+		snprintf(resp->error, sizeof(resp->error),
+			 "asked bytes %" PRIu64 "-%" PRIu64 ", HTTP 206 with %s%s", req->off,
+			 req->off + req->len - 1,
+			 resp->content_range[0] ? "Content-Range " : "no Content-Range",
+			 resp->content_range);
+		if (!req->quiet)
+			MCFS_ERR("%s: %s", what, resp->error);
+		return -EIO;
+	}
+	if (req->expect_etag && req->expect_etag[0] && resp->etag[0] &&
+	    strcmp(resp->etag, req->expect_etag) != 0)
+		return -ESTALE;
+	if (resp->got != req->len) {
+		snprintf(resp->error, sizeof(resp->error),
+			 "bytes %" PRIu64 "-%" PRIu64 ": got %zu of %zu bytes", req->off,
+			 req->off + req->len - 1, resp->got, req->len);
+		if (!req->quiet)
+			MCFS_ERR("%s: %s", what, resp->error);
+		return -EIO;
+	}
+	return 0;
 }
 
 /* ---- retries ---- */

@@ -1,10 +1,10 @@
 /*
  * fetch_status_test.c - unit tests of fetch_status.c: every row and column of
  * the status table (a 3xx, a 204 or a 206 of other bytes is never a block's
- * answer), the words of failed answers (S3 error documents, redirects, bodies
- * of servers that are not S3, hints, what is kept out of a log line), the
- * retry wait (a huge Retry-After) and S3 error documents. Exits 0 on pass, 1
- * on failure.
+ * answer), a ranged GET's checks (the asked range, all of it), the words of
+ * failed answers (S3 error documents, redirects, bodies of servers that are
+ * not S3, hints, what is kept out of a log line), the retry wait (a huge
+ * Retry-After) and S3 error documents. Exits 0 on pass, 1 on failure.
  */
 #define _GNU_SOURCE
 #include "fetch_int.h"
@@ -233,6 +233,48 @@ static void test_url_words(void)
 	CHECK(strlen(out) == 203, "%zu", strlen(out));
 }
 
+/* A ranged GET of bytes 100-199 of a 1000-byte object with ETag "e", answered so. */
+static int ranged(long status, const char *content_range, const char *etag, size_t got,
+		  int64_t total, struct remote_resp *r)
+{
+	static char buf[100];
+	struct remote_req req = {.method = "GET",
+				 .off = 100,
+				 .len = 100,
+				 .buf = buf,
+				 .expect_total = 1000,
+				 .expect_etag = "\"e\"",
+				 .quiet = true};
+
+	memset(r, 0, sizeof(*r));
+	r->status = status;
+	snprintf(r->content_range, sizeof(r->content_range), "%s", content_range);
+	snprintf(r->etag, sizeof(r->etag), "%s", etag);
+	r->got = got;
+	r->total = total;
+	return remote_check_range(&req, r, "test");
+}
+
+static void test_check_range(void)
+{
+	struct remote_resp r;
+
+	CHECK(ranged(206, "bytes 100-199/1000", "\"e\"", 100, 1000, &r) == 0);
+	CHECK(ranged(206, "bytes 100-199/*", "", 100, -1, &r) == 0);
+	/* another range, or none (a multipart answer), or part of it */
+	CHECK(ranged(206, "bytes 0-99/1000", "\"e\"", 100, 1000, &r) == -EIO);
+	CHECK_STR(r.error, "asked bytes 100-199, HTTP 206 with Content-Range bytes 0-99/1000");
+	CHECK(ranged(206, "bytes 100-198/1000", "\"e\"", 99, 1000, &r) == -EIO);
+	CHECK(ranged(206, "", "\"e\"", 100, -1, &r) == -EIO);
+	CHECK_STR(r.error, "asked bytes 100-199, HTTP 206 with no Content-Range");
+	CHECK(ranged(206, "bytes 100-199/1000", "\"e\"", 60, 1000, &r) == -EIO);
+	CHECK_STR(r.error, "bytes 100-199: got 60 of 100 bytes");
+	CHECK(ranged(206, "bytes 100-199/1000", "\"e\"", 0, 1000, &r) == -EIO);
+	/* another object: another size or ETag */
+	CHECK(ranged(206, "bytes 100-199/999", "\"e\"", 100, 999, &r) == -ESTALE);
+	CHECK(ranged(206, "bytes 100-199/1000", "\"f\"", 100, 1000, &r) == -ESTALE);
+}
+
 static void test_retry_wait(void)
 {
 	CHECK(remote_retry_wait_ms(100, 0) == 100);
@@ -275,6 +317,7 @@ int main(void)
 	test_s3_words();
 	test_other_words();
 	test_url_words();
+	test_check_range();
 	test_retry_wait();
 	test_s3_error_doc();
 	if (failures) {
