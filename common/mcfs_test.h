@@ -41,4 +41,13 @@ static inline void __attribute__((format(printf, 1, 2))) mcfs_test_note(const ch
 		}                                                                                  \
 	} while (0)
 
+/* CHECK_STR(a, b): two strings are equal; prints both where they differ. Needs <string.h>. */
+#define CHECK_STR(a, b)                                                                            \
+	do {                                                                                       \
+		if (strcmp((a), (b)) != 0) {                                                       \
+			fprintf(stderr, "%s:%d: '%s' != '%s'\n", __FILE__, __LINE__, (a), (b));    \
+			failures++;                                                                \
+		}                                                                                  \
+	} while (0)
+
 #endif

@@ -27,8 +27,11 @@ connection. Faults are armed by the test and hit the next requests:
                                     # expression are answered with that status and an S3
                                     # error document (403 AccessDenied, 404 NoSuchKey), not
                                     # sent on (a read-only bucket; an object not there yet)
+    p.answer = fn      # fn(method, path, head) -> None (forward the request) or
+                       # (status, [(name, value)...], body): answered here, not forwarded,
+                       # then the connection is closed (a lying or misconfigured server)
     p.counts           # {"requests": n, "503": n, "dropped": n, "stalled": n, "held": n,
-                       #  "delayed": n, "paced": n, "refused": n}
+                       #  "delayed": n, "paced": n, "refused": n, "answered": n}
     p.held_lines       # the request lines of the requests held, as they arrived
     p.request_lines    # the first 1000 request lines, as received
     p.stop()
@@ -95,8 +98,9 @@ class FaultProxy:
         self.rate_match = None
         self.get_delay = None
         self.refuse = []
+        self.answer = None
         self.counts = {"requests": 0, "503": 0, "dropped": 0, "stalled": 0, "held": 0,
-                       "delayed": 0, "paced": 0, "refused": 0}
+                       "delayed": 0, "paced": 0, "refused": 0, "answered": 0}
         self.gate = threading.Event()
         self.gate.set()
         self.held_lines = []
@@ -176,6 +180,8 @@ class FaultProxy:
                     return
                 if self._refused(c, head):
                     continue
+                if self.answer and self._answer_here(c, head):
+                    return
                 if up is None:
                     up = socket.create_connection(self.up)
                     self.conns.add(up)
@@ -275,6 +281,21 @@ class FaultProxy:
             self.counts["refused"] += 1
         c.sendall(b"HTTP/1.1 %d %s\r\nContent-Type: application/xml\r\n"
                   b"Content-Length: %d\r\n\r\n" % (status, reason.encode(), len(doc)) + doc)
+        return True
+
+    def _answer_here(self, c, head):
+        """Sends self.answer's response to this request, if it has one. True if it did."""
+        method, path = head.split(b" ", 2)[:2]
+        got = self.answer(method.decode("latin-1"), path.decode("latin-1"), head)
+        if got is None:
+            return False
+        status, headers, body = got
+        lines = ["HTTP/1.1 %d Answered\r\n" % status]
+        lines += ["%s: %s\r\n" % (k, v) for k, v in headers]
+        lines.append("Content-Length: %d\r\nConnection: close\r\n\r\n" % len(body))
+        with self.lock:
+            self.counts["answered"] += 1
+        c.sendall("".join(lines).encode("latin-1") + (b"" if method == b"HEAD" else body))
         return True
 
     def _chunks(self, c, up, buf):

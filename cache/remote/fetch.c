@@ -19,7 +19,8 @@
  * base * 2^n (capped) with "equal jitter" (half fixed, half random), so that
  * clients that failed together do not come back together, yet each still
  * waits long enough for a restarting server. A Retry-After of a 429 or 503 is
- * honoured up to the cap.
+ * honoured up to the cap. The rules, and what each status means, are in
+ * fetch_status.c.
  *
  * Stalls: two clocks. cfg->timeout (libcurl's low-speed limit of 1 byte/s)
  * bounds the wait for an answer to begin, which a busy object store may take
@@ -42,8 +43,17 @@
  * hash a body, and the block carries its own checksum, verified at every
  * read.
  *
- * Refuses: to follow redirects (a redirect of an object is reported, not
- * chased with our signature), to log credentials or URLs with userinfo.
+ * Redirects (fetch_int.h states the policy): libcurl follows them for a
+ * request with req->follow, at most REMOTE_MAX_REDIRS hops, to http(s) only
+ * (https only, from https: no downgrade under a validator's trust). The Range
+ * and the validators go with each hop; credentials in the URL do not leave
+ * their host (CURLOPT_UNRESTRICTED_AUTH stays off). A signed request (s3, the
+ * shared tier) never follows: curl would not sign the next hop, and the
+ * session token, a header of ours, would go with it to another host.
+ *
+ * Refuses: to take an answer the request did not ask for as its answer (a
+ * 3xx, a 204, a 206 of other bytes: fetch_status.c), to log credentials, URLs
+ * with userinfo or a Location's query.
  */
 #define _GNU_SOURCE
 #include "fetch_int.h"
@@ -51,6 +61,7 @@
 #include <curl/curl.h>
 #include <errno.h>
 #include <inttypes.h>
+#include <limits.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -58,9 +69,7 @@
 #include <strings.h>
 #include <time.h>
 
-#define BACKOFF_BASE_MS 100  /* first retry soon: most resets are one-offs */
-#define BACKOFF_CAP_MS 5000  /* a restarting server is back within seconds */
-#define ERROR_BODY_MAX 65536 /* error documents (S3 <Error>) kept for the caller */
+#define ERROR_BODY_MAX 65536 /* of an error answer's body (S3 <Error>), for its words */
 #define CURL_BUF_SIZE 524288 /* libcurl's maximum receive buffer: fewer callbacks */
 #define EMPTY_SHA256 "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
 #define UNSIGNED_PAYLOAD "UNSIGNED-PAYLOAD"
@@ -202,41 +211,6 @@ static void pool_put(struct remote_fetch *f, CURL *h)
 	pthread_mutex_unlock(&f->lock);
 }
 
-/* ---- helpers that the backends and the unit tests share ---- */
-
-bool remote_retryable(int curl_code, long status)
-{
-	switch ((CURLcode)curl_code) {
-	case CURLE_OK:
-		return status == 429 || (status >= 500 && status <= 599);
-	case CURLE_OPERATION_TIMEDOUT:
-	case CURLE_COULDNT_CONNECT:
-	case CURLE_COULDNT_RESOLVE_HOST:
-	case CURLE_COULDNT_RESOLVE_PROXY:
-	case CURLE_RECV_ERROR:
-	case CURLE_SEND_ERROR:
-	case CURLE_GOT_NOTHING:
-	case CURLE_PARTIAL_FILE:
-	case CURLE_SSL_CONNECT_ERROR:
-	case CURLE_HTTP2:
-	case CURLE_HTTP2_STREAM:
-		return true;
-	default:
-		return false;
-	}
-}
-
-unsigned remote_backoff_ms(unsigned attempt, unsigned *seed)
-{
-	unsigned d = BACKOFF_BASE_MS;
-
-	while (attempt-- > 0 && d < BACKOFF_CAP_MS)
-		d *= 2;
-	if (d > BACKOFF_CAP_MS)
-		d = BACKOFF_CAP_MS;
-	return d / 2 + (unsigned)rand_r(seed) % (d / 2 + 1);
-}
-
 /* ---- one transfer ---- */
 
 static bool body_append(struct xfer *x, const char *data, size_t n)
@@ -295,8 +269,15 @@ static size_t on_body(char *data, size_t size, size_t nmemb, void *user)
 	size_t n = size * nmemb;
 
 	heard(x);
-	if (resp->status >= 300 || req->len == 0) {
-		/* error documents and unranged bodies: bounded, collected */
+	if (resp->status < 200 || resp->status >= 300 ||
+	    (req->len > 0 && resp->status != 200 && resp->status != 206)) {
+		/* an answer the request won't take: keep the start, for its words */
+		if (resp->body_len < ERROR_BODY_MAX)
+			(void)body_append(x, data, MCFS_MIN(n, ERROR_BODY_MAX - resp->body_len));
+		return n;
+	}
+	if (req->len == 0) {
+		/* an unranged body: bounded, collected */
 		if (!body_append(x, data, n)) {
 			x->overflow = true;
 			return 0;
@@ -379,6 +360,9 @@ static void reset_resp(struct remote_resp *resp)
 {
 	resp->status = 0;
 	resp->etag[0] = resp->last_modified[0] = resp->location[0] = '\0';
+	resp->bucket_region[0] = '\0';
+	resp->skew_known = false;
+	resp->skew_s = 0;
 	resp->content_range[0] = '\0';
 	resp->retry_after_s = 0;
 	resp->content_type[0] = '\0';
@@ -440,7 +424,17 @@ static size_t on_header(char *line, size_t size, size_t nmemb, void *user)
 	} else if (header_is(line, n, "retry-after", &v)) {
 		copy_value(tmp, sizeof(tmp), v, n - (size_t)(v - line));
 		if (resp->status == 429 || resp->status == 503)
-			resp->retry_after_s = (unsigned)strtoul(tmp, NULL, 10);
+			resp->retry_after_s = (unsigned)MCFS_MIN(strtoul(tmp, NULL, 10), UINT_MAX);
+	} else if (header_is(line, n, "x-amz-bucket-region", &v)) {
+		copy_value(resp->bucket_region, sizeof(resp->bucket_region), v,
+			   n - (size_t)(v - line));
+	} else if (header_is(line, n, "date", &v)) {
+		time_t t;
+
+		copy_value(tmp, sizeof(tmp), v, n - (size_t)(v - line));
+		t = curl_getdate(tmp, NULL);
+		resp->skew_known = t > 0;
+		resp->skew_s = t > 0 ? (int64_t)t - (int64_t)time(NULL) : 0;
 	}
 	return n;
 }
@@ -551,7 +545,21 @@ static int setup(struct remote_fetch *f, CURL *h, const struct remote_req *req, 
 	curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
 	curl_easy_setopt(h, CURLOPT_TCP_KEEPALIVE, 1L);
 	curl_easy_setopt(h, CURLOPT_BUFFERSIZE, (long)CURL_BUF_SIZE);
-	curl_easy_setopt(h, CURLOPT_FOLLOWLOCATION, 0L);
+	if (req->follow && (strcmp(req->method, "GET") == 0 || strcmp(req->method, "HEAD") == 0)) {
+		bool tls = strncasecmp(req->url, "https:", 6) == 0;
+
+		curl_easy_setopt(h, CURLOPT_FOLLOWLOCATION, 1L);
+		curl_easy_setopt(h, CURLOPT_MAXREDIRS, (long)REMOTE_MAX_REDIRS);
+#if LIBCURL_VERSION_NUM >= 0x075500 /* 7.85 has the string form, and deprecates the other */
+		curl_easy_setopt(h, CURLOPT_REDIR_PROTOCOLS_STR, tls ? "https" : "http,https");
+#else
+		curl_easy_setopt(h, CURLOPT_REDIR_PROTOCOLS,
+				 tls ? CURLPROTO_HTTPS : (long)(CURLPROTO_HTTP | CURLPROTO_HTTPS));
+#endif
+		curl_easy_setopt(h, CURLOPT_UNRESTRICTED_AUTH, 0L);
+	} else {
+		curl_easy_setopt(h, CURLOPT_FOLLOWLOCATION, 0L);
+	}
 	curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT_MS, (long)(cfg->connect_timeout * 1000));
 	/* "timeout" is a stall detector, not a cap: an 8 MiB block may take long on a
 	 * slow link, but no byte for this long means the connection is dead. The
@@ -621,61 +629,6 @@ static int setup(struct remote_fetch *f, CURL *h, const struct remote_req *req, 
 	return 0;
 }
 
-/* Checks a finished ranged GET: right range, right object. 0 or -errno. */
-static int check_range(const struct remote_req *req, struct remote_resp *resp, const char *what)
-{
-	uint64_t a = 0, b = 0;
-
-	/* another size first: a shorter object also answers another range */
-	if (req->expect_total && resp->total >= 0 && (uint64_t)resp->total != req->expect_total) {
-		snprintf(resp->error, sizeof(resp->error), "%" PRId64 " bytes, not %" PRIu64,
-			 resp->total, req->expect_total);
-		return -ESTALE;
-	}
-	if (resp->status == 206 &&
-	    sscanf(resp->content_range, "bytes %" SCNu64 "-%" SCNu64, &a, &b) == 2 &&
-	    (a != req->off || b != req->off + req->len - 1)) {
-		snprintf(resp->error, sizeof(resp->error),
-			 "asked bytes %" PRIu64 "-%" PRIu64 ", server sent %s", req->off,
-			 req->off + req->len - 1, resp->content_range);
-		if (!req->quiet)
-			MCFS_ERR("%s: %s", what, resp->error);
-		return -EIO;
-	}
-	if (req->expect_etag && req->expect_etag[0] && resp->etag[0] &&
-	    strcmp(resp->etag, req->expect_etag) != 0)
-		return -ESTALE;
-	if (resp->got != req->len) {
-		snprintf(resp->error, sizeof(resp->error),
-			 "bytes %" PRIu64 "-%" PRIu64 ": got %zu of %zu bytes", req->off,
-			 req->off + req->len - 1, resp->got, req->len);
-		if (!req->quiet)
-			MCFS_ERR("%s: %s", what, resp->error);
-		return -EIO;
-	}
-	return 0;
-}
-
-static int status_errno(long status)
-{
-	if (status >= 200 && status < 400)
-		return 0;
-	switch (status) {
-	case 404:
-	case 410:
-		return -ENOENT;
-	case 401:
-	case 403:
-		return -EACCES;
-	case 412:
-		return -ESTALE;
-	case 416:
-		return -ERANGE;
-	default:
-		return -EIO;
-	}
-}
-
 static void sleep_ms(unsigned ms)
 {
 	struct timespec ts = {.tv_sec = ms / 1000, .tv_nsec = (long)(ms % 1000) * 1000000};
@@ -694,17 +647,37 @@ static const char *range_text(const struct remote_req *req, char *buf, size_t le
 	return buf;
 }
 
-/* Words a failure into resp->error and, unless req->quiet, logs it. */
+/* The path of a URL: from the '/' after the host to the query; "" if none. */
+static size_t url_path(const char *url, const char **path)
+{
+	const char *host = strstr(url, "://");
+
+	*path = host ? host + 3 + strcspn(host + 3, "/?#") : url + strlen(url);
+	return strcspn(*path, "?#");
+}
+
+/* After a followed request: how many hops, and did they only add a '/'? */
+static void followed(CURL *h, const struct remote_req *req, struct remote_resp *resp)
+{
+	const char *final = NULL, *a, *b;
+	long n = 0;
+	size_t na, nb;
+
+	curl_easy_getinfo(h, CURLINFO_REDIRECT_COUNT, &n);
+	resp->redirects = n > 0 ? (unsigned)n : 0;
+	if (n <= 0 || curl_easy_getinfo(h, CURLINFO_EFFECTIVE_URL, &final) != CURLE_OK || !final)
+		return;
+	na = url_path(req->url, &a);
+	nb = url_path(final, &b);
+	resp->dir_redirect = nb == na + 1 && memcmp(a, b, na) == 0 && b[na] == '/';
+}
+
+/* Logs a failure worded in resp->error, unless req->quiet. */
 static void log_failure(const struct remote_req *req, struct remote_resp *resp, const char *what,
-			CURLcode cc, const char *errbuf, long status, unsigned attempts)
+			unsigned attempts)
 {
 	char range[64];
 
-	if (cc != CURLE_OK)
-		remote_copy(resp->error, sizeof(resp->error),
-			    errbuf[0] ? errbuf : curl_easy_strerror(cc));
-	else
-		snprintf(resp->error, sizeof(resp->error), "HTTP %ld", status);
 	if (req->quiet)
 		return;
 	range_text(req, range, sizeof(range));
@@ -740,10 +713,9 @@ int remote_fetch_do(struct remote_fetch *f, const struct remote_req *req, struct
 	curl_easy_setopt(h, CURLOPT_ERRORBUFFER, errbuf);
 	for (attempt = 0; attempt < max_attempts; attempt++) {
 		if (attempt > 0) {
-			unsigned ms = remote_backoff_ms(attempt - 1, &seed);
+			unsigned ms = remote_retry_wait_ms(remote_backoff_ms(attempt - 1, &seed),
+							   resp->retry_after_s);
 
-			if (resp->retry_after_s * 1000 > ms)
-				ms = MCFS_MIN(resp->retry_after_s * 1000, (unsigned)BACKOFF_CAP_MS);
 			MCFS_DEBUG("%s %s: retry %u in %u ms", req->method, what, attempt, ms);
 			sleep_ms(ms);
 			remote_count(&f->r->retries, 1);
@@ -801,27 +773,31 @@ int remote_fetch_do(struct remote_fetch *f, const struct remote_req *req, struct
 		}
 		if (!remote_retryable(cc, resp->status) || attempt + 1 >= max_attempts)
 			break;
+		if (cc == CURLE_OK)
+			remote_status_words(resp, req);
 		if (!req->quiet)
 			MCFS_INFO("%s %s: %s; retrying (%u of %u)", req->method, what,
 				  cc != CURLE_OK ? (errbuf[0] ? errbuf : curl_easy_strerror(cc))
-						 : (resp->status == 429 ? "HTTP 429" : "HTTP 5xx"),
+						 : resp->error,
 				  attempt + 1, max_attempts - 1);
 	}
 	if (cc != CURLE_OK) {
-		log_failure(req, resp, what, cc, errbuf, 0, MCFS_MIN(attempt + 1, max_attempts));
+		remote_curl_words(resp, cc, errbuf);
+		log_failure(req, resp, what, MCFS_MIN(attempt + 1, max_attempts));
 		rc = -EIO;
 		goto out;
 	}
-	rc = status_errno(resp->status);
+	if (req->follow)
+		followed(h, req, resp);
+	rc = remote_status_errno(resp->status, remote_req_want(req));
 	if (rc < 0)
-		snprintf(resp->error, sizeof(resp->error), "HTTP %ld", resp->status);
-	if (rc == -EIO)
-		log_failure(req, resp, what, cc, errbuf, resp->status,
-			    MCFS_MIN(attempt + 1, max_attempts));
+		remote_status_words(resp, req);
+	if (rc == -EIO || rc == -ERANGE)
+		log_failure(req, resp, what, MCFS_MIN(attempt + 1, max_attempts));
 	else if (rc == -ENOENT && !req->quiet_404 && !req->quiet)
-		MCFS_WARN("%s %s: not found (HTTP %ld)", req->method, what, resp->status);
-	if (rc == 0 && req->len > 0 && resp->status < 300)
-		rc = check_range(req, resp, what);
+		MCFS_WARN("%s %s: not found (%s)", req->method, what, resp->error);
+	if (rc == 0 && req->len > 0)
+		rc = remote_check_range(req, resp, what);
 out:
 	curl_easy_setopt(h, CURLOPT_ERRORBUFFER, NULL);
 	curl_slist_free_all(hdrs);

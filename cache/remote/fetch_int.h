@@ -10,11 +10,23 @@
  *    tier's clocks, below);
  *  - retries with exponential backoff and jitter, on timeouts, resets, refused
  *    connections, 5xx and 429, never on other 4xx;
- *  - the one translation of CURLcode and HTTP status into a negative errno;
+ *  - the one translation of CURLcode and HTTP status into a negative errno
+ *    (the status table, fetch_status.c), and of an error answer into words:
+ *    the status, a redirect's Location, an S3 error document's code and
+ *    message or the first words of another body, and a hint where one is
+ *    known (the bucket's region, the node's clock);
+ *  - redirects: followed for req->follow (the http store's GETs and HEADs), at
+ *    most REMOTE_MAX_REDIRS hops, to http or https (https only from https),
+ *    credentials in the URL sent to their own host only; refused otherwise
+ *    (s3 and the shared tier: a signed request goes to its own endpoint only);
+ *    a redirect that is still the final answer is an error;
  *  - bounded bodies: a ranged GET lands straight in the caller's buffer and a
- *    server that sends more than was asked is an error, never an overflow;
- *  - the ranged-GET checks: 206 with the asked Content-Range (or 200 for the
- *    whole object), the object's total size, the validator;
+ *    server that sends more than was asked is an error, never an overflow; an
+ *    error answer's body is kept up to a cap, the rest dropped;
+ *  - the ranged-GET checks: a read is complete only with a 206 whose
+ *    Content-Range is exactly the asked range, or a 200 for the whole object,
+ *    carrying exactly the bytes asked for (resp->got == req->len); then the
+ *    object's total size and the validator;
  *  - PUT of a body held in memory (the shared block tier's writes, blob.c),
  *    sent from the caller's buffers without a copy.
  * Proxy settings come from the environment (libcurl's default), TLS is
@@ -37,6 +49,9 @@
 
 #define REMOTE_URL_MAX 4096
 #define REMOTE_ETAG_MAX 130 /* a quoted ETag we keep; CACHE_VERSION_MAX holds it */
+/* Redirect hops a followed request may take: a CDN's one or two, with room to
+ * spare; a loop ends here. */
+#define REMOTE_MAX_REDIRS 5
 
 struct remote_fetch;
 
@@ -58,6 +73,7 @@ struct remote_req {
 	const char *if_unmodified_since; /* HTTP date */
 	const char *if_none_match;	 /* for conditional GETs of listings */
 	const char *expect_etag;	 /* an answer with another ETag is -ESTALE */
+	bool follow; /* GET/HEAD: follow redirects (the policy above); false: a 3xx is an error */
 	/* Ranged GET into buf: [off, off+len). len 0 = not ranged. With tail_len
 	 * set, the range's last tail_len bytes land in tail instead, and buf
 	 * holds len - tail_len (a block and the trailer stored after it). */
@@ -103,14 +119,24 @@ struct remote_resp {
 	int64_t date_ns;	    /* Date parsed (the server's clock at its answer); 0 if none */
 	int64_t content_length;	    /* -1 if none */
 	int64_t total;		    /* Content-Range total, or Content-Length of a 200 */
-	char location[512];	    /* Location of a 3xx; "" if none */
+	char location[512];	    /* Location of the last 3xx; "" if none */
 	char content_range[96];	    /* as sent; "" if none */
 	unsigned retry_after_s;	    /* Retry-After of a 429/503 in seconds; 0 if none */
 	char content_type[128];	    /* "" if none */
 	char *body;		    /* unranged GET: NUL-terminated; caller frees with free() */
 	size_t body_len;	    /* bytes in body */
 	size_t got;		    /* ranged GET: bytes written to req->buf (and tail) */
-	char error[160]; /* a failure's cause in words ("HTTP 503", curl's text); "" if none */
+	/* A failure's cause in words, "" if none: curl's text, or an answer's
+	 * (remote_status_words(): "HTTP 403 AccessDenied: Access Denied"). */
+	char error[512];
+	char code[64];		/* an S3 error document's <Code> ("AccessDenied"); "" if none */
+	char bucket_region[64]; /* x-amz-bucket-region (S3 names the bucket's region); "" if none */
+	bool skew_known;	/* the answer had a Date: */
+	int64_t skew_s;		/* then its Date minus this node's clock when it came, seconds */
+	unsigned redirects;	/* redirects followed (req->follow) */
+	/* The redirects ended at the asked URL's path plus '/': a web server's
+	 * answer to a directory named without its '/' (nginx's autoindex). */
+	bool dir_redirect;
 	/* With req->heard: which clock cut it. quiet: the service sent nothing for
 	 * quiet_time (gone); busy: it sent bytes on other requests, not this one's,
 	 * for idle_time; unanswered: a PUT's body went out whole, then no answer
@@ -129,13 +155,16 @@ void remote_fetch_free(struct remote_fetch *f);
 
 /*
  * Runs one request with retries. On return resp is filled (caller frees
- * resp->body with free(), also on failure). Returns 0 for 2xx (and 3xx, which
- * are not followed), or:
+ * resp->body with free(), also on failure). Returns 0 when the final answer is
+ * one the request takes (remote_status_errno(); a ranged GET's also passed its
+ * checks, so resp->got == req->len), or:
  *   -ENOENT 404/410, -EACCES 401/403, -ESTALE 412 or a ranged answer for
- *   another version or size, -ERANGE 416, -EIO anything else after retries.
- * Failures other than -ENOENT (when quiet_404), -ESTALE and -EACCES are
- * logged here, with req->what, the byte range and the cause; the caller logs
- * -ESTALE and -EACCES, which need its context.
+ *   another version or size, -ERANGE 416, -EIO anything else after retries
+ *   (a redirect not followed, a 2xx the request does not take, 5xx...).
+ * resp->error words every failure. Failures other than -ENOENT (when
+ * quiet_404), -ESTALE and -EACCES are logged here, with req->what, the byte
+ * range and resp->error; the caller logs -ESTALE and -EACCES, which need its
+ * context (it may quote resp->error).
  */
 MCFS_MUST_CHECK int remote_fetch_do(struct remote_fetch *f, const struct remote_req *req,
 				    struct remote_resp *resp);
@@ -155,6 +184,76 @@ MCFS_MUST_CHECK int remote_query_build(const char *const *kv, size_t n, char *ou
 
 /* Copies a string, truncating to fit (listing fields, log text). Can't fail. */
 void remote_copy(char *dst, size_t dstlen, const char *src);
+
+/* ---- fetch_status.c: HTTP status, in errno and in words ---- */
+
+/* What a request takes as its answer: the status table's columns. */
+enum remote_want {
+	REMOTE_WANT_RANGE = 1, /* ranged GET: 206, or 200 (the whole object: checked after) */
+	REMOTE_WANT_WHOLE = 2, /* GET or HEAD of a whole resource: 200 */
+	REMOTE_WANT_COND = 4,  /* GET with If-None-Match: 200, or 304 (unchanged) */
+	REMOTE_WANT_PUT = 8,   /* PUT: 200, 201 or 204 */
+};
+
+/* Which column of the status table @req reads. Can't fail. */
+enum remote_want remote_req_want(const struct remote_req *req);
+
+/*
+ * The one translation of a final HTTP status: 0 if a request wanting @want
+ * takes it as its answer, else -EACCES (401, 403), -ENOENT (404, 410),
+ * -ESTALE (412), -ERANGE (416) or -EIO (any other: 1xx, another 2xx, 3xx,
+ * 4xx, 5xx, 0 for no answer). Can't fail.
+ */
+int remote_status_errno(long status, enum remote_want want);
+
+/*
+ * Words a final answer that was not taken into resp->error, and an S3 error
+ * document's code into resp->code:
+ *   "HTTP <status>[ <Code>][ to <Location> | with no Location][: <Message,
+ *   or the first words of another body>][; <hint>]"
+ * The Location loses its user:password@ and its query (a signed URL's
+ * signature); the body's words are printable ASCII only, and a body that is
+ * not text gives none. Hints: a 3xx not followed (!req->follow) says that
+ * mcfs does not follow an S3 redirect; PermanentRedirect and
+ * AuthorizationHeaderMalformed name the bucket's region when the answer does;
+ * RequestTimeTooSkewed says to check the node's clock; a 2xx or 304 the
+ * request does not take says what it takes. Reads resp->status, location,
+ * body, bucket_region and skew, and req's method, len, if_none_match and
+ * follow. Can't fail.
+ */
+void remote_status_words(struct remote_resp *resp, const struct remote_req *req);
+
+/*
+ * Words a transfer that failed with CURLcode @curl_code into resp->error:
+ * curl's @errbuf, or for a redirect curl would not follow, the status and the
+ * Location ("more than 5 redirects (a loop?), the last to URL"). Can't fail.
+ */
+void remote_curl_words(struct remote_resp *resp, int curl_code, const char *errbuf);
+
+/*
+ * Checks a ranged GET whose status was taken (200 or 206): the object's total
+ * size (another: -ESTALE), a 206's Content-Range (exactly the asked range, else
+ * -EIO), the ETag (another: -ESTALE) and the bytes received (resp->got ==
+ * req->len, else -EIO). Words the failure into resp->error; logs the -EIO
+ * ones naming @what unless req->quiet. Returns 0 or the negative errno.
+ */
+MCFS_MUST_CHECK int remote_check_range(const struct remote_req *req, struct remote_resp *resp,
+				       const char *what);
+
+/*
+ * A URL for a message, in out: no user:password@, no query (a signed URL's
+ * signature: "?..." instead), printable ASCII only, cut to about 200
+ * characters. Can't fail.
+ */
+void remote_url_words(const char *url, char *out, size_t outlen);
+
+/*
+ * The wait before a retry, in ms: @backoff_ms (remote_backoff_ms()), or a
+ * 429's or 503's Retry-After (@retry_after_s, seconds; 0 = none) when longer,
+ * capped at the backoff's cap (5 s: a longer wait is the next retry's). Any
+ * retry_after_s is safe (no overflow). Can't fail.
+ */
+unsigned remote_retry_wait_ms(unsigned backoff_ms, unsigned retry_after_s);
 
 /* Does this failure deserve another attempt? (CURLcode as int, HTTP status.) */
 bool remote_retryable(int curl_code, long status);

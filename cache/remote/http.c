@@ -17,7 +17,13 @@
  *    '/'.
  *  - read: one ranged GET with If-Match (strong ETag) plus If-Range, or
  *    If-Unmodified-Since/If-Range with the date when there is no strong ETag;
- *    the fetch layer also checks the answer's ETag and total size.
+ *    the fetch layer also checks the answer's ETag and total size, and that
+ *    it is exactly the asked bytes.
+ *  - redirects (a CDN's, a mirror's): every GET and HEAD follows them, within
+ *    the fetch layer's bounds (fetch_int.h); the HEAD of a file and the GET of
+ *    its bytes take the same path, so the version is the final server's. A
+ *    redirect that only adds a '/' (nginx, for a directory) still says
+ *    "directory" (resp.dir_redirect).
  *
  * Locking: http->lock (a rwlock) guards the manifest pointer; lookups hold it
  * shared (pure memory work), a refresh fetches without it and takes it
@@ -73,7 +79,8 @@ static int load_manifest(struct remote *r, struct http *h, const char *etag,
 			 struct remote_manifest **out, char *new_etag)
 {
 	char url[REMOTE_URL_MAX];
-	struct remote_req req = {.method = "GET", .url = url, .max_body = MANIFEST_BODY_MAX};
+	struct remote_req req = {
+	    .method = "GET", .url = url, .max_body = MANIFEST_BODY_MAX, .follow = true};
 	struct remote_resp resp;
 	int rc;
 
@@ -91,8 +98,8 @@ static int load_manifest(struct remote *r, struct http *h, const char *etag,
 	if (rc == 0 && resp.status != 200)
 		rc = -EIO;
 	if (rc == -EACCES || rc == -ESTALE || rc == -ERANGE) {
-		MCFS_ERR("http: GET %s/%s: the server refused it (HTTP %ld)", h->shown,
-			 r->cfg->manifest, resp.status);
+		MCFS_ERR("http: GET %s/%s: the server refused it (%s)", h->shown, r->cfg->manifest,
+			 resp.error);
 		rc = rc == -EACCES ? rc : -EIO;
 	}
 	if (rc == 0) {
@@ -248,7 +255,7 @@ static int head_file(struct http *h, const char *path, struct cache_attr *out, l
 		     char *location, size_t loclen)
 {
 	char url[REMOTE_URL_MAX];
-	struct remote_req req = {.method = "HEAD", .url = url, .quiet_404 = true};
+	struct remote_req req = {.method = "HEAD", .url = url, .quiet_404 = true, .follow = true};
 	struct remote_resp resp;
 	int64_t wait = 0;
 	int rc, tries;
@@ -259,9 +266,12 @@ static int head_file(struct http *h, const char *path, struct cache_attr *out, l
 	for (tries = 0;; tries++) {
 		rc = remote_fetch_do(h->fetch, &req, &resp);
 		free(resp.body);
-		*status = resp.status;
+		*status = resp.dir_redirect ? 301 : resp.status;
 		snprintf(location, loclen, "%s", resp.location);
-		if (rc < 0 || resp.status != 200)
+		if (rc == -EACCES && path[0])
+			MCFS_ERR("http: HEAD %s/%s: the server refused it (%s)", h->shown, path,
+				 resp.error);
+		if (rc < 0 || *status != 200)
 			return rc;
 		wait = unsettled_ns(&resp);
 		if (wait == 0)
@@ -314,7 +324,7 @@ static int http_stat(struct remote *r, const char *path, struct cache_attr *out)
 {
 	struct http *h = r->priv;
 	char loc[512], url[REMOTE_URL_MAX];
-	struct remote_req req = {.method = "HEAD", .url = url, .quiet_404 = true};
+	struct remote_req req = {.method = "HEAD", .url = url, .quiet_404 = true, .follow = true};
 	struct remote_resp resp;
 	long status = 0;
 	int rc;
@@ -385,7 +395,8 @@ static int http_list(struct remote *r, const char *path, struct cache_dirent **o
 {
 	struct http *h = r->priv;
 	char url[REMOTE_URL_MAX];
-	struct remote_req req = {.method = "GET", .url = url, .max_body = LISTING_BODY_MAX};
+	struct remote_req req = {
+	    .method = "GET", .url = url, .max_body = LISTING_BODY_MAX, .follow = true};
 	struct remote_resp resp;
 	int rc;
 
@@ -401,8 +412,6 @@ static int http_list(struct remote *r, const char *path, struct cache_dirent **o
 		return rc;
 	req.quiet_404 = true;
 	rc = remote_fetch_do(h->fetch, &req, &resp);
-	if (rc == 0 && resp.status != 200)
-		rc = resp.status >= 300 && resp.status < 400 ? -ENOTDIR : -EIO;
 	if (rc == 0) {
 		char what[REMOTE_URL_MAX + 8];
 
@@ -443,7 +452,7 @@ static ssize_t http_read(struct remote *r, const struct remote_obj *obj, uint64_
 {
 	struct http *h = r->priv;
 	char url[REMOTE_URL_MAX];
-	struct remote_req req = {.method = "GET", .url = url, .buf = buf};
+	struct remote_req req = {.method = "GET", .url = url, .buf = buf, .follow = true};
 	struct remote_resp resp;
 	const char *v = obj->version;
 	int rc;
@@ -487,9 +496,13 @@ static ssize_t http_read(struct remote *r, const struct remote_obj *obj, uint64_
 			 (unsigned long long)off, (unsigned long long)(off + req.len - 1));
 		return -ESTALE;
 	}
+	if (rc == -EACCES)
+		MCFS_ERR("http: GET %s/%s bytes %llu-%llu: the server refused it (%s)", h->shown,
+			 obj->path, (unsigned long long)off,
+			 (unsigned long long)(off + req.len - 1), resp.error);
 	if (rc < 0)
 		return rc;
-	return (ssize_t)req.len;
+	return (ssize_t)resp.got; /* req.len: the fetch layer counted them */
 }
 
 static int http_statfs(struct remote *r, uint64_t *total, uint64_t *avail)

@@ -34,6 +34,22 @@ struct remote_s3_page {
 MCFS_MUST_CHECK int remote_s3_parse_list(const char *xml, size_t len, const char *prefix,
 					 struct remote_s3_page *page);
 
+/* An S3 error document (<Error>): the fields its messages quote. */
+struct remote_s3_error {
+	char code[64];	    /* <Code>: "AccessDenied" */
+	char message[256];  /* <Message>, cut to fit */
+	char region[64];    /* <Region>: the bucket's (AuthorizationHeaderMalformed); "" if none */
+	char endpoint[256]; /* <Endpoint>: where to send it (PermanentRedirect); "" if none */
+};
+
+/*
+ * Parses an S3 error document: its root is <Error> and it has a <Code>. A
+ * document cut short (a capped body) still gives the fields read before the
+ * cut. Returns 0 with out filled, -EINVAL if @xml is not one (not logged: an
+ * error answer's body may be anything), -ENOMEM.
+ */
+MCFS_MUST_CHECK int remote_s3_parse_error(const char *xml, size_t len, struct remote_s3_error *out);
+
 /*
  * The URL of a bucket, no trailing '/': @endpoint (an http(s) URL; "" =
  * AWS_ENDPOINT_URL_S3, else AWS_ENDPOINT_URL, else AWS's for @region) with

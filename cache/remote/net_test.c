@@ -18,14 +18,6 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#define CHECK_STR(a, b)                                                                            \
-	do {                                                                                       \
-		if (strcmp((a), (b)) != 0) {                                                       \
-			fprintf(stderr, "%s:%d: '%s' != '%s'\n", __FILE__, __LINE__, (a), (b));    \
-			failures++;                                                                \
-		}                                                                                  \
-	} while (0)
-
 static void test_uri_encode(void)
 {
 	char out[64];

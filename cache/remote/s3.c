@@ -18,7 +18,11 @@
  * AWS_ENDPOINT_URL_S3 / AWS_ENDPOINT_URL, else AWS's for the region.
  *
  * Refuses: keys that would escape the mount (s3_parse.c); logging secrets:
- * log lines name s3://bucket/key and the credential source, never a key.
+ * log lines name s3://bucket/key and the credential source, never a key;
+ * redirects: no request sets req.follow, since a signed request goes to its
+ * own endpoint only (fetch.c). A 301 PermanentRedirect (a wrong region or
+ * endpoint) or a 307 fails with the service's words and the bucket's region
+ * when the answer names it (fetch_status.c).
  */
 #define _GNU_SOURCE
 #include "fetch_int.h"
@@ -191,17 +195,23 @@ static int object_url(const struct s3 *s, const char *path, char *url, size_t le
 	return 0;
 }
 
-static void log_refused(const struct s3 *s, const char *code, const char *what)
+/* Logs a 401 or 403 (@resp) to a request on @what. */
+static void log_refused(const struct s3 *s, const struct remote_resp *resp, const char *what)
 {
+	const char *code = resp->code;
+
 	if (strcmp(code, "SignatureDoesNotMatch") == 0 || strcmp(code, "InvalidAccessKeyId") == 0 ||
 	    strcmp(code, "InvalidToken") == 0 || strcmp(code, "ExpiredToken") == 0 ||
 	    strcmp(code, "InvalidSecurity") == 0)
 		MCFS_ERR("S3 refused the credentials (%s) for %s: check the access key and secret "
-			 "(from %s)",
-			 code, what, s->sig.access_key ? s->creds.source : "anonymous access");
+			 "(from %s). The service said: %s",
+			 code, what, s->sig.access_key ? s->creds.source : "anonymous access",
+			 resp->error);
 	else
-		MCFS_ERR("S3 refused access (%s) to %s with %s", code[0] ? code : "HTTP 403", what,
-			 s->sig.access_key ? "the credentials given" : "anonymous access");
+		MCFS_ERR("S3 refused access (%s) to %s with %s. The service said: %s",
+			 code[0] ? code : "HTTP 403", what,
+			 s->sig.access_key ? "the credentials given" : "anonymous access",
+			 resp->error);
 }
 
 /*
@@ -243,9 +253,9 @@ static int list_page(struct remote *r, struct s3 *s, const char *dir_prefix, uns
 			rc = prc;
 	}
 	if (rc == -EACCES)
-		log_refused(s, page->code, what);
+		log_refused(s, &resp, what);
 	else if (rc == -ENOENT)
-		MCFS_ERR("s3: %s: %s", what, page->code[0] ? page->code : "HTTP 404");
+		MCFS_ERR("s3: %s: %s", what, resp.error);
 	free(resp.body);
 	remote_count(&r->requests, 1);
 	return rc;
@@ -305,7 +315,7 @@ static int head_object(struct s3 *s, const char *path, struct cache_attr *out)
 		out->mtime_ns = resp.mtime_ns;
 		snprintf(out->version, sizeof(out->version), "%s", resp.etag);
 	} else if (rc == -EACCES) {
-		log_refused(s, "", what);
+		log_refused(s, &resp, what);
 	}
 	return rc;
 }
@@ -387,10 +397,10 @@ static ssize_t s3_read(struct remote *r, const struct remote_obj *obj, uint64_t 
 			 rc == -ENOENT ? "gone" : (resp.etag[0] ? resp.etag : "HTTP 412"),
 			 (unsigned long long)off, (unsigned long long)(off + req.len - 1));
 	else if (rc == -EACCES)
-		log_refused(s, "", what);
+		log_refused(s, &resp, what);
 	if (rc < 0)
 		return rc == -ENOENT ? -ESTALE : rc;
-	return (ssize_t)req.len;
+	return (ssize_t)resp.got; /* req.len: the fetch layer counted them */
 }
 
 static int s3_statfs(struct remote *r, uint64_t *total, uint64_t *avail)

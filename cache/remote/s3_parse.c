@@ -5,7 +5,9 @@
  * Design: the XML handler tracks the element path with a small stack and
  * only cares about a handful of leaves (Contents/Key, Size, ETag,
  * LastModified; CommonPrefixes/Prefix; IsTruncated; NextContinuationToken;
- * Error/Code). Text is accumulated per leaf, since expat may split it.
+ * Error/Code). Text is accumulated per leaf, since expat may split it. An
+ * error document alone (any status's body) has its own small parser, which
+ * keeps Code, Message, Region and Endpoint for the messages.
  * Keys are turned into names relative to the listed prefix here, once; names
  * that could escape the mount or can't be shown (256 bytes or more; a key too
  * long to keep whole) are dropped and logged here, before any other layer sees
@@ -19,6 +21,7 @@
 #include <errno.h>
 #include <expat.h>
 #include <ini.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -168,12 +171,41 @@ static void on_end(void *user, const XML_Char *name)
 	c->text[0] = '\0';
 }
 
+/*
+ * Runs expat over @xml with these handlers on @user. Returns 0, -EIO for
+ * malformed XML (logged unless @quiet; the handlers saw what came before the
+ * fault), -ENOMEM.
+ */
+static int xml_run(const char *xml, size_t len, void *user, XML_StartElementHandler start,
+		   XML_EndElementHandler end, XML_CharacterDataHandler text, bool quiet)
+{
+	XML_Parser p;
+	int rc = 0;
+
+	if (len > INT_MAX)
+		return -EIO;
+	p = XML_ParserCreate("UTF-8");
+	if (!p)
+		return -ENOMEM;
+	XML_SetUserData(p, user);
+	XML_SetElementHandler(p, start, end);
+	XML_SetCharacterDataHandler(p, text);
+	if (XML_Parse(p, xml, (int)len, 1) != XML_STATUS_OK) {
+		if (!quiet)
+			MCFS_ERR("s3: malformed XML from the server at line %lu: %s",
+				 (unsigned long)XML_GetCurrentLineNumber(p),
+				 XML_ErrorString(XML_GetErrorCode(p)));
+		rc = -EIO;
+	}
+	XML_ParserFree(p);
+	return rc;
+}
+
 int remote_s3_parse_list(const char *xml, size_t len, const char *prefix,
 			 struct remote_s3_page *page)
 {
 	struct xml_ctx *c;
-	XML_Parser p;
-	int rc = 0;
+	int rc;
 
 	c = calloc(1, sizeof(*c));
 	if (!c)
@@ -183,23 +215,81 @@ int remote_s3_parse_list(const char *xml, size_t len, const char *prefix,
 	c->prefix_len = strlen(prefix);
 	page->truncated = false;
 	page->token[0] = page->code[0] = '\0';
-	p = XML_ParserCreate("UTF-8");
-	if (!p) {
-		free(c);
-		return -ENOMEM;
-	}
-	XML_SetUserData(p, c);
-	XML_SetElementHandler(p, on_start, on_end);
-	XML_SetCharacterDataHandler(p, on_text);
-	if (XML_Parse(p, xml, (int)len, 1) != XML_STATUS_OK) {
-		MCFS_ERR("s3: malformed XML from the server at line %lu: %s",
-			 (unsigned long)XML_GetCurrentLineNumber(p),
-			 XML_ErrorString(XML_GetErrorCode(p)));
-		rc = -EIO;
-	}
+	rc = xml_run(xml, len, c, on_start, on_end, on_text, false);
 	if (rc == 0)
 		rc = c->rc;
-	XML_ParserFree(p);
+	free(c);
+	return rc;
+}
+
+/* ---- error documents ---- */
+
+struct err_ctx {
+	struct remote_s3_error *out;
+	int depth;
+	bool is_error; /* the root element is <Error> */
+	char text[XML_TEXT_MAX];
+	size_t text_len;
+};
+
+static void err_start(void *user, const XML_Char *name, const XML_Char **attrs)
+{
+	struct err_ctx *c = user;
+
+	(void)attrs;
+	if (c->depth == 0)
+		c->is_error = strcmp(name, "Error") == 0;
+	c->depth++;
+	c->text_len = 0;
+	c->text[0] = '\0';
+}
+
+static void err_text(void *user, const XML_Char *s, int len)
+{
+	struct err_ctx *c = user;
+	size_t n = MCFS_MIN((size_t)len, sizeof(c->text) - 1 - c->text_len);
+
+	memcpy(c->text + c->text_len, s, n);
+	c->text_len += n;
+	c->text[c->text_len] = '\0';
+}
+
+static void err_end(void *user, const XML_Char *name)
+{
+	struct err_ctx *c = user;
+	struct remote_s3_error *o = c->out;
+
+	if (c->is_error && c->depth == 2) { /* a leaf of <Error> */
+		if (strcmp(name, "Code") == 0)
+			remote_copy(o->code, sizeof(o->code), c->text);
+		else if (strcmp(name, "Message") == 0)
+			remote_copy(o->message, sizeof(o->message), c->text);
+		else if (strcmp(name, "Region") == 0)
+			remote_copy(o->region, sizeof(o->region), c->text);
+		else if (strcmp(name, "Endpoint") == 0)
+			remote_copy(o->endpoint, sizeof(o->endpoint), c->text);
+	}
+	c->depth--;
+	c->text_len = 0;
+	c->text[0] = '\0';
+}
+
+int remote_s3_parse_error(const char *xml, size_t len, struct remote_s3_error *out)
+{
+	struct err_ctx *c;
+	int rc;
+
+	memset(out, 0, sizeof(*out));
+	c = calloc(1, sizeof(*c));
+	if (!c)
+		return -ENOMEM;
+	c->out = out;
+	/* a cut document keeps what came before the cut: its parse error is no matter */
+	rc = xml_run(xml, len, c, err_start, err_end, err_text, true);
+	if (rc != -ENOMEM)
+		rc = c->is_error && out->code[0] ? 0 : -EINVAL;
+	if (rc < 0)
+		memset(out, 0, sizeof(*out));
 	free(c);
 	return rc;
 }
