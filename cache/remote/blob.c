@@ -215,7 +215,7 @@ static void note(struct remote_blob_res *res, const struct remote_resp *resp)
 	if (remote_s3_parse_list(resp->body, resp->body_len, "", &page) == 0)
 		remote_copy(res->code, sizeof(res->code), page.code);
 	free(page.ents);
-	if (res->code[0])
+	if (res->code[0] && !strstr(res->error, res->code)) /* the fetch layer's words name it */
 		snprintf(res->error, sizeof(res->error), "HTTP %ld %s", resp->status, res->code);
 }
 

@@ -33,7 +33,8 @@ struct remote_blob;
 struct remote_blob_res {
 	long status;	 /* the HTTP status; 0 when no answer came */
 	char code[64];	 /* the S3 error code of an error document ("AccessDenied"), or "" */
-	char error[160]; /* the cause in words ("HTTP 503", "Connection refused"), or "" */
+	char error[512]; /* the cause in words ("HTTP 403 AccessDenied: ...", "Connection
+			    refused"), as the fetch layer put it, or "" */
 	bool unanswered; /* a PUT's body was sent whole, then no answer came in time: the
 			  * service is slow to store, not gone */
 	bool busy;	 /* it ran out of time while the service answered other requests

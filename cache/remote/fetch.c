@@ -402,6 +402,8 @@ static size_t on_header(char *line, size_t size, size_t nmemb, void *user)
 		copy_value(tmp, sizeof(tmp), v, n - (size_t)(v - line));
 		time_t t = curl_getdate(tmp, NULL);
 		resp->date_ns = t > 0 ? (int64_t)t * 1000000000 : 0;
+		resp->skew_known = t > 0;
+		resp->skew_s = t > 0 ? (int64_t)t - (int64_t)time(NULL) : 0;
 	} else if (header_is(line, n, "content-length", &v)) {
 		copy_value(tmp, sizeof(tmp), v, n - (size_t)(v - line));
 		resp->content_length = strtoll(tmp, NULL, 10);
@@ -428,13 +430,6 @@ static size_t on_header(char *line, size_t size, size_t nmemb, void *user)
 	} else if (header_is(line, n, "x-amz-bucket-region", &v)) {
 		copy_value(resp->bucket_region, sizeof(resp->bucket_region), v,
 			   n - (size_t)(v - line));
-	} else if (header_is(line, n, "date", &v)) {
-		time_t t;
-
-		copy_value(tmp, sizeof(tmp), v, n - (size_t)(v - line));
-		t = curl_getdate(tmp, NULL);
-		resp->skew_known = t > 0;
-		resp->skew_s = t > 0 ? (int64_t)t - (int64_t)time(NULL) : 0;
 	}
 	return n;
 }
