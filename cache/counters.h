@@ -227,7 +227,10 @@ enum cache_counter_type {
 	  "opens of the old version lasted (those keep the old inode and its bytes).")             \
 	X(FS, inodes_retired, "inodes_retired", GAUGE, "inodes_retired", NULL,                     \
 	  "Inodes of replaced versions the kernel still holds (open files, or lookups not yet "    \
-	  "forgotten); each is freed at its last FORGET.")
+	  "forgotten); each is freed at its last FORGET.")                                         \
+	X(CACHE, file_identities, "file_identities", GAUGE, "file_identities", NULL,               \
+	  "File versions the cache knows now: those open, loading or with a block in the RAM "     \
+	  "tier (the others are freed).")
 /* clang-format on */
 
 /* Why there is no disk tier (disk_off_reason); cache_disk_off_text() words it. */
