@@ -238,7 +238,10 @@ enum cache_counter_type {
 	  "Bytes of the metadata store's map its records use; kept under half of the map.")        \
 	X(CACHE, meta_prunes, "meta_prunes", COUNTER, "meta_prunes_total", NULL,                   \
 	  "Times the older generation of recorded attributes and listings was dropped to keep "    \
-	  "the metadata store under half its map (asked of the store again when needed).")
+	  "the metadata store under half its map (asked of the store again when needed).")         \
+	X(FS, inodes_live, "inodes", GAUGE, "inodes", NULL,                                        \
+	  "Inode-table nodes: those the kernel or an open holds, and a bounded number of others "  \
+	  "(recent answers, \"no such name\" among them: docs/architecture.md).")
 /* clang-format on */
 
 /* Why there is no disk tier (disk_off_reason); cache_disk_off_text() words it. */
