@@ -132,6 +132,14 @@ static void print_status(const char *mnt, const struct fs_stats *st)
 	       (unsigned long long)st->passthrough_fallbacks, (unsigned long long)cs->backing_files,
 	       mcfs_fmt_bytes(cs->backing_bytes, a, sizeof(a)),
 	       (unsigned long long)cs->backing_builds);
+	printf("  tables:     %llu inodes, %llu file versions in use\n",
+	       (unsigned long long)st->inodes_live, (unsigned long long)cs->file_identities);
+	if (cs->meta_map_bytes)
+		printf("  metadata:   %s of the %s map used; older attributes and listings dropped "
+		       "%llu times for room\n",
+		       mcfs_fmt_bytes(cs->meta_used_bytes, a, sizeof(a)),
+		       mcfs_fmt_bytes(cs->meta_map_bytes, b, sizeof(b)),
+		       (unsigned long long)cs->meta_prunes);
 	if (st->inode_renumbers || st->inodes_retired)
 		printf("  renumbered: %llu files replaced in the store while open with passthrough "
 		       "(new inode numbers); %llu old inodes still held by their opens\n",
