@@ -167,6 +167,8 @@ static struct cache_block *take_slot(struct cache *c, bool for_prefetch)
 			continue;
 		list_del(&c->lru, b);
 		hash_remove(c, b);
+		cache_file_unref(c, b->file); /* the slot's */
+		b->file = NULL;
 		if (b->prefetched) {
 			c->st.prefetch_unused++;
 			/* tells the stream that asked for it (readahead.c) */
@@ -186,6 +188,7 @@ static void start_loading(struct cache *c, struct cache_block *b, struct cache_f
 {
 	MCFS_ASSERT_HELD(&c->lock);
 	b->file = f;
+	f->refs++; /* the slot's, until it is reused or freed */
 	b->index = index;
 	b->state = SLOT_LOADING;
 	b->err = 0;
@@ -223,6 +226,7 @@ static void unref(struct cache *c, struct cache_block *b)
 		cache_list_push_back(&c->lru, b);
 	} else if (b->state == SLOT_ERROR) {
 		b->state = SLOT_FREE;
+		cache_file_unref(c, b->file);
 		b->file = NULL;
 		cache_list_push_back(&c->free, b);
 	}
@@ -466,6 +470,7 @@ static void discard(struct cache *c, struct cache_block *b)
 	hash_remove(c, b);
 	drop_prefetched(c, b);
 	b->state = SLOT_FREE;
+	cache_file_unref(c, b->file);
 	b->file = NULL;
 	cache_list_push_back(&c->free, b);
 }
@@ -755,6 +760,7 @@ void cache_get_stats(struct cache *c, struct cache_stats *out)
 	out->slots_used = c->nslots - c->free.n;
 	out->inflight = c->inflight;
 	out->prefetch_bytes = c->prefetch_bytes;
+	out->file_identities = c->nfiles;
 	pthread_mutex_unlock(&c->lock);
 	out->ram_bytes_limit = c->nslots * c->bs;
 	out->ram_bytes_used = out->slots_used * c->bs;

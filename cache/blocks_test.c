@@ -13,7 +13,9 @@
  *    new identity, other slot, other bytes; the old identity never gets the
  *    new bytes;
  *  - many readers over a small tier (for the sanitizer builds): always the
- *    file's bytes.
+ *    file's bytes;
+ *  - file identities live while referenced: a closed file's identity lasts
+ *    while one of its blocks is in the RAM tier, and is freed with the last.
  *
  * Exits 0 (pass), 1 (fail) or 77 (skip: no scratch directory).
  */
@@ -400,6 +402,53 @@ static void test_many_readers(void)
 	t_teardown(&e);
 }
 
+/* ---- identities are freed with their last reference ----------------------- */
+
+static void test_identities_freed(void)
+{
+	struct cache_file *f, *again;
+	struct cache_block *b;
+	struct cache_evicted ev;
+	struct cache_attr a;
+	struct cache_stats st;
+	char name[16];
+	struct t_env e;
+	unsigned i;
+
+	if (t_setup(&e, "blocks_test", 4, 2) < 0) {
+		CHECK(0, "scratch directory");
+		return;
+	}
+	for (i = 0; i < 10; i++) {
+		snprintf(name, sizeof(name), "id%u", i);
+		CHECK(t_write_file(&e, name, T_BS, 10 + i) == 0, "store file %s", name);
+	}
+	CHECK(t_start(&e) == 0, "cache");
+	for (i = 0; i < 10; i++) { /* open, read one block, close: as a reader of many files */
+		snprintf(name, sizeof(name), "id%u", i);
+		CHECK(t_open_file(&e, name, &a, &f) == 0, "open %s", name);
+		CHECK(cache_block_get(e.cache, f, 0, &b) == 0, "%s block 0", name);
+		cache_block_put(e.cache, b);
+		cache_file_put(e.cache, f);
+	}
+	st = t_stats(&e);
+	CHECK(st.file_identities == 4, "identities of closed files: %llu, want 4 (one per slot)",
+	      (unsigned long long)st.file_identities);
+	/* The newest is still in RAM under its identity: a hit, no store read. */
+	CHECK(t_open_file(&e, "id9", &a, &again) == 0, "reopen id9");
+	CHECK(cache_block_get(e.cache, again, 0, &b) == 0 &&
+		  t_same(cache_block_data(b), 0, T_BS, 19),
+	      "id9 block 0 from RAM");
+	cache_block_put(e.cache, b);
+	CHECK(t_stats(&e).hits == st.hits + 1 && t_stats(&e).store_reads == st.store_reads,
+	      "a reopen finds the block read before");
+	cache_evict_file(e.cache, again, &ev);
+	cache_file_put(e.cache, again);
+	CHECK(t_stats(&e).file_identities == 3, "evicted and closed: its identity freed (%llu)",
+	      (unsigned long long)t_stats(&e).file_identities);
+	t_teardown(&e);
+}
+
 int main(void)
 {
 	char probe[] = "/tmp/blocks_test.XXXXXX";
@@ -415,6 +464,7 @@ int main(void)
 	test_partial_growth();
 	test_versions();
 	test_many_readers();
+	test_identities_freed();
 	if (failures)
 		fprintf(stderr, "blocks_test: %d failures\n", failures);
 	return failures ? T_EXIT_FAIL : T_EXIT_PASS;

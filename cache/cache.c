@@ -3,8 +3,14 @@
  * too: nothing outside cache/ holds one), and the table of file identities.
  *
  * A file identity is (path, version): the same pair always maps to the same
- * struct cache_file, so blocks cached under one open are found by the next,
- * and a new version of a file gets a new identity whose blocks start empty.
+ * struct cache_file while anything refers to it, so blocks cached under one
+ * open are found by the next, and a new version of a file gets a new identity
+ * whose blocks start empty. An identity lives while it has a reference: open
+ * files, readahead streams, GPU loads, and each RAM slot that holds one of its
+ * blocks (blocks.c). The last one frees it, so a daemon that sees a million
+ * names over its life keeps only those in use (file_identities). The disk
+ * tier and the backing files key their blocks by path and version, not by
+ * identity: a later identity of the same pair finds them again.
  */
 #define _GNU_SOURCE
 #include "cache_int.h"
@@ -321,6 +327,7 @@ int cache_file_get(struct cache *c, const char *path, const struct cache_attr *a
 			return -ENOMEM;
 		}
 		f->id = ++c->next_file_id;
+		c->nfiles++;
 		f->size = attr->size;
 		f->nblocks = (attr->size + c->bs - 1) >> c->bs_shift;
 		snprintf(f->version, sizeof(f->version), "%s", attr->version);
@@ -333,10 +340,27 @@ int cache_file_get(struct cache *c, const char *path, const struct cache_attr *a
 	return 0;
 }
 
+void cache_file_unref(struct cache *c, struct cache_file *f)
+{
+	struct cache_file **pp;
+
+	MCFS_ASSERT_HELD(&c->lock);
+	if (--f->refs > 0)
+		return;
+	pp = &c->fbuckets[fbucket(c, f->path, f->version)];
+	while (*pp != f)
+		pp = &(*pp)->hnext;
+	*pp = f->hnext;
+	c->nfiles--;
+	free(f->path);
+	free(f);
+}
+
 void cache_file_put(struct cache *c, struct cache_file *f)
 {
+	MCFS_ASSERT_NOT_HELD(&c->lock);
 	pthread_mutex_lock(&c->lock);
-	f->refs--;
+	cache_file_unref(c, f);
 	pthread_mutex_unlock(&c->lock);
 }
 

@@ -68,13 +68,16 @@ struct cache_ra_tally {
 	atomic_uint_fast64_t used;   /* its prefetched blocks read */
 };
 
-/* One version of one store file. Kept for the cache's life (a few hundred
- * bytes per version seen), so that a reopen finds the blocks read before. */
+/* One version of one store file, while anything refers to it (cache.c): a
+ * reopen finds the blocks read before as long as the RAM tier holds one. */
 struct cache_file {
 	struct cache_file *hnext; /* file table chain, guarded by lock */
 	uint64_t id;		  /* unique within the cache, never reused */
-	unsigned refs;		  /* guarded by lock; for assertions and debugging */
-	uint64_t size;		  /* bytes */
+	/* Guarded by lock: cache_file_get()'s references (opens, streams, loads)
+	 * plus one per RAM slot whose block is of this file (start_loading() to
+	 * the slot's reuse or free); the last cache_file_unref() frees it. */
+	unsigned refs;
+	uint64_t size; /* bytes */
 	uint64_t nblocks;
 	char *path;
 	char version[CACHE_VERSION_MAX];
@@ -110,6 +113,7 @@ struct cache {
 	struct cache_file **fbuckets;	  /* guarded by lock */
 	size_t nfbuckets;
 	uint64_t next_file_id;	 /* guarded by lock */
+	uint64_t nfiles;	 /* guarded by lock: identities in fbuckets */
 	bool stopping;		 /* guarded by lock */
 	unsigned inflight;	 /* guarded by lock: fetches running */
 	uint64_t prefetch_bytes; /* guarded by lock */
@@ -166,6 +170,10 @@ enum cache_fill {
 	CACHE_FILL_STORE_OWNED, /* the store, holding the block's lease: write it there */
 	CACHE_FILL_STORE_BAD,	/* the store; the shared copy was corrupt: write it over */
 };
+
+/* Drops one reference to @f; the last one takes it out of the file table and
+ * frees it. Lock held. */
+void cache_file_unref(struct cache *c, struct cache_file *f);
 
 /* blocks.c: list helpers and the fetch thread, used by cache.c's setup. */
 void cache_lists_init(struct cache *c);

@@ -237,7 +237,21 @@ enum cache_counter_type {
 	X(CACHE, backing_build_errors, "backing_build_errors", COUNTER,                            \
 	  "backing_build_errors_total", NULL,                                                      \
 	  "Backing files whose build failed, once per file version (logged once; its opens read "  \
-	  "through the cache).")
+	  "through the cache).")                                         \
+	X(CACHE, file_identities, "file_identities", GAUGE, "file_identities", NULL,               \
+	  "File versions the cache knows now: those open, loading or with a block in the RAM "     \
+	  "tier (the others are freed).")                                                          \
+	X(CACHE, meta_map_bytes, "meta_map_bytes", GAUGE, "meta_map_bytes", NULL,                  \
+	  "Size of the metadata store's map in cache_dir (meta_map_size, or more for a large "     \
+	  "disk tier's index; 0 without one).")                                                    \
+	X(CACHE, meta_used_bytes, "meta_used_bytes", GAUGE, "meta_used_bytes", NULL,               \
+	  "Bytes of the metadata store's map its records use; kept under half of the map.")        \
+	X(CACHE, meta_prunes, "meta_prunes", COUNTER, "meta_prunes_total", NULL,                   \
+	  "Times the older generation of recorded attributes and listings was dropped to keep "    \
+	  "the metadata store under half its map (asked of the store again when needed).")         \
+	X(FS, inodes_live, "inodes", GAUGE, "inodes", NULL,                                        \
+	  "Inode-table nodes: those the kernel or an open holds, and a bounded number of others "  \
+	  "(recent answers, \"no such name\" among them: docs/architecture.md).")
 /* clang-format on */
 
 /* Why there is no disk tier (disk_off_reason); cache_disk_off_text() words it. */

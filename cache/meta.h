@@ -3,10 +3,23 @@
  * (attributes, listings, when it was asked) and the disk tier's block index.
  *
  * One environment under CACHE_DIR/meta with named databases:
- *   attrs   store path -> struct cache_attr, "exists", fetch time (wall clock)
- *   lists   dir path   -> its entries (name + attributes), fetch time
+ *   attrs, attrs.1  store path -> struct cache_attr, "exists", fetch time (wall clock)
+ *   lists, lists.1  dir path   -> its entries (name + attributes), fetch time
  *   blocks  struct cache_meta_key -> struct cache_meta_block (slot, checksum...)
- *   info    name -> u64 (format version, block size)
+ *   info    name -> u64 (format version, block size, "gen")
+ *
+ * Bounded: a long-lived daemon sees the store churn (a million names over its
+ * life, "no such name" answers among them), and LMDB's map has a fixed size.
+ * Attributes and listings live in two generations, each a pair of databases:
+ * writes go to the current one (info "gen"), reads take the current one's
+ * record, else the older one's. When the current generation holds its share of
+ * the map, the older one is dropped whole and becomes the current one: what
+ * was recorded or refreshed in the last generation stays, the rest is asked of
+ * the store again when needed. The records so never take more than half the
+ * map. The block index is never dropped: the disk tier's slots bound it, and
+ * the map is sized for it (@map_size of cache_meta_open()). A full map
+ * (MDB_MAP_FULL) is never the disk tier's end: the write that met it drops the
+ * attributes and listings, older generation first, and is tried again.
  *
  * Every function translates LMDB's codes into a negative errno here, once:
  * MDB_NOTFOUND -> -ENOENT, MDB_MAP_FULL -> -ENOSPC, MDB_CORRUPTED/MDB_INVALID
@@ -53,12 +66,15 @@ struct cache_meta_block {
 };
 
 /*
- * Opens (creating) the environment in directory @dir. A database that
- * LMDB finds corrupt or of another format is removed and recreated (it is a
- * cache: the store has everything), with a log line. Returns 0 with *out
- * set (close with cache_meta_close()), or a negative errno after logging.
+ * Opens (creating) the environment in directory @dir, with a map of
+ * @map_size bytes (address space: the file grows only as pages are used; the
+ * caller makes it large enough for the block index, as tiers.c does). A
+ * database that LMDB finds corrupt or of another format is removed and
+ * recreated (it is a cache: the store has everything), with a log line.
+ * Returns 0 with *out set (close with cache_meta_close()), or a negative
+ * errno after logging.
  */
-MCFS_MUST_CHECK int cache_meta_open(const char *dir, struct cache_meta **out);
+MCFS_MUST_CHECK int cache_meta_open(const char *dir, uint64_t map_size, struct cache_meta **out);
 
 /* Syncs and closes. No call may be in progress. Can't fail. */
 void cache_meta_close(struct cache_meta *m);
@@ -75,6 +91,14 @@ MCFS_MUST_CHECK int cache_meta_sync(struct cache_meta *m);
  */
 const char *cache_meta_strerror(struct cache_meta *m, int rc, char *buf, size_t len);
 
+/*
+ * The map's size in bytes (as asked at open), the bytes its databases' pages
+ * use now, and how many times a generation of attributes and listings was
+ * dropped for room since open. Can't fail (a failed read shows 0 used).
+ */
+void cache_meta_usage(struct cache_meta *m, uint64_t *map_bytes, uint64_t *used_bytes,
+		      uint64_t *prunes);
+
 /* Wall-clock time in ns (fetch times survive restarts; the monotonic clock does not). */
 int64_t cache_meta_now(void);
 
@@ -82,7 +106,8 @@ int64_t cache_meta_now(void);
 
 /*
  * Records what the store said about @path at @fetched (cache_meta_now()):
- * its attributes, or with @a NULL that it does not exist.
+ * its attributes, or with @a NULL that it does not exist. Errors: -ENOSPC
+ * only if the record does not fit a map with no attributes or listings left.
  */
 MCFS_MUST_CHECK int cache_meta_put_attr(struct cache_meta *m, const char *path,
 					const struct cache_attr *a, int64_t fetched);

@@ -1,8 +1,10 @@
 /*
  * meta_test.c - unit test of cache/meta: attributes (present, missing,
  * forgotten, long paths), listings with their children's attributes, the
- * block index (update, scan, clear), persistence across reopen, and that a
- * corrupt environment is rebuilt at open rather than failing it.
+ * block index (update, scan, clear), persistence across reopen, that a
+ * corrupt environment is rebuilt at open rather than failing it, and that a
+ * small map under a churning store drops old records, never a write
+ * (generations: meta.h).
  *
  * Exits 0 (pass), 1 (fail) or 77 (skip: no scratch directory).
  */
@@ -135,7 +137,7 @@ static void test_reopen(const char *dir)
 	uint64_t v = 0;
 	int64_t t;
 
-	CHECK(cache_meta_open(dir, &m) == 0, "reopen");
+	CHECK(cache_meta_open(dir, 64ull << 20, &m) == 0, "reopen");
 	if (!m)
 		return;
 	CHECK(cache_meta_get_attr(m, "", &a, &exists, &t) == 0, "attrs persist");
@@ -160,9 +162,89 @@ static void test_corrupt(const char *dir)
 	CHECK(fd < 0 || write(fd, junk, sizeof(junk)) == (ssize_t)sizeof(junk), "scribble");
 	if (fd >= 0)
 		close(fd);
-	CHECK(cache_meta_open(dir, &m) == 0, "a corrupt environment is rebuilt, not fatal");
+	CHECK(cache_meta_open(dir, 64ull << 20, &m) == 0,
+	      "a corrupt environment is rebuilt, not fatal");
 	if (m)
 		cache_meta_close(m);
+}
+
+static uint64_t prunes_of(struct cache_meta *m)
+{
+	uint64_t map, used, prunes;
+
+	cache_meta_usage(m, &map, &used, &prunes);
+	return prunes;
+}
+
+/* Records "no such name" answers for churn/n<i> from *next on until @prunes generations
+ * were dropped; every write must succeed. */
+static void churn_until(struct cache_meta *m, unsigned *next, uint64_t prunes)
+{
+	char path[64];
+	int fails = 0;
+
+	while (prunes_of(m) < prunes && *next < 1000000) {
+		snprintf(path, sizeof(path), "churn/n%07u", (*next)++);
+		fails += cache_meta_put_attr(m, path, NULL, 1000 + *next) != 0;
+	}
+	CHECK(fails == 0 && prunes_of(m) == prunes, "%d writes failed before %llu prunes", fails,
+	      (unsigned long long)prunes);
+}
+
+/* A 1 MiB map (256 pages) and a store that keeps showing new names. */
+static void test_small_map(const char *dir)
+{
+	struct cache_dirent *ents = calloc(900, sizeof(*ents)), *got = NULL;
+	struct cache_meta_key k[64];
+	struct cache_meta_block v[64];
+	struct scan sc = {0, 0};
+	struct cache_meta *m = NULL;
+	struct cache_attr a = attr(1, "keep");
+	uint64_t map, used, prunes;
+	unsigned next = 0, i;
+	bool exists;
+	size_t n;
+	int64_t t;
+
+	CHECK(ents && cache_meta_open(dir, 1ull << 20, &m) == 0, "open with a 1 MiB map");
+	if (!m || !ents) {
+		free(ents);
+		return;
+	}
+	for (i = 0; i < 64; i++) {
+		cache_meta_block_key("m/big.bin", "v1", i, &k[i]);
+		v[i] = (struct cache_meta_block){.slot = i, .len = 4096, .csum = i};
+	}
+	CHECK(cache_meta_blocks_update(m, NULL, 0, k, v, 64) == 0, "a block index of 64");
+	CHECK(cache_meta_put_attr(m, "kept", &a, 1) == 0, "put");
+	churn_until(m, &next, 1);
+	CHECK(cache_meta_get_attr(m, "kept", &a, &exists, &t) == 0 && exists,
+	      "a record of the last generation is kept (after %u writes)", next);
+	churn_until(m, &next, 2);
+	CHECK(cache_meta_get_attr(m, "kept", &a, &exists, &t) == -ENOENT,
+	      "a record two generations old is dropped");
+	/* A listing over a third of the map (about 110 pages with its children's
+	 * records) does not fit beside the two generations: the write drops them. */
+	for (i = 0; i < 900; i++) {
+		snprintf(ents[i].name, sizeof(ents[i].name), "f%u", i);
+		ents[i].attr = attr(i, "e");
+	}
+	churn_until(m, &next, 4);
+	CHECK(cache_meta_put_list(m, "big", ents, 900, 5) == 0, "a large listing is recorded");
+	CHECK(cache_meta_get_list(m, "big", &got, &n, &t) == 0 && n == 900, "and read back");
+	free(got);
+	churn_until(m, &next, prunes_of(m) + 200);
+	CHECK(cache_meta_blocks_update(m, k, 1, NULL, NULL, 0) == 0, "the index takes a delete");
+	for (i = 0; i < 64; i++) /* the disk tier's next blocks, with the map in use */
+		cache_meta_block_key("m/big.bin", "v2", i, &k[i]);
+	CHECK(cache_meta_blocks_update(m, NULL, 0, k, v, 64) == 0, "and 64 more blocks");
+	CHECK(cache_meta_blocks_scan(m, count, &sc) == 0 && sc.n == 127,
+	      "the block index is never dropped (%zu of 127)", sc.n);
+	cache_meta_usage(m, &map, &used, &prunes);
+	CHECK(map == 1ull << 20 && used <= map / 2, "records use %llu of the %llu byte map",
+	      (unsigned long long)used, (unsigned long long)map);
+	cache_meta_close(m);
+	free(ents);
 }
 
 int main(void)
@@ -176,7 +258,7 @@ int main(void)
 		return 77;
 	}
 	snprintf(sub, sizeof(sub), "%s/meta", dir);
-	CHECK(cache_meta_open(sub, &m) == 0, "open");
+	CHECK(cache_meta_open(sub, 64ull << 20, &m) == 0, "open");
 	if (m) {
 		test_attrs(m);
 		test_lists(m);
@@ -185,6 +267,8 @@ int main(void)
 		test_reopen(sub);
 		test_corrupt(sub);
 	}
+	snprintf(sub, sizeof(sub), "%s/small", dir);
+	test_small_map(sub);
 	snprintf(sub, sizeof(sub), "rm -rf %s", dir);
 	if (system(sub) != 0)
 		fprintf(stderr, "could not remove %s\n", dir);

@@ -169,12 +169,33 @@ static void set_off(struct cache *c, enum cache_disk_off reason, int rc)
 	c->disk_off_errno = -rc;
 }
 
+/*
+ * The metadata store's map for a disk tier of @limit bytes: meta_map_size, or
+ * more if the tier's block index could take over a quarter of it. The index
+ * is never dropped for room (meta.h), so it must fit with the attributes and
+ * listings beside it. An entry is 66 bytes in a leaf page; pages at least half
+ * full and a commit that rewrites every entry (the use times) make that 264
+ * bytes at worst: 1 KiB per block leaves the index a quarter of the map.
+ */
+static uint64_t meta_map_size(const struct cache *c, uint64_t limit)
+{
+	uint64_t need = (limit / c->bs) * 1024;
+
+	if (need <= c->cfg->meta_map_size)
+		return c->cfg->meta_map_size;
+	MCFS_INFO("cache metadata: a map of %llu MiB for the index of %llu disk blocks "
+		  "(meta_map_size is %llu MiB)",
+		  (unsigned long long)(need >> 20), (unsigned long long)(limit / c->bs),
+		  (unsigned long long)(c->cfg->meta_map_size >> 20));
+	return need;
+}
+
 void cache_tiers_open(struct cache *c)
 {
 	char dir[STORE_DIR_MAX], p[STORE_DIR_MAX + 16];
 	uint64_t limit = 0;
 	unsigned qmax;
-	int rc;
+	int rc, lrc;
 
 	c->lockfd = -1;
 	if (!c->cfg->cache_dir[0]) {
@@ -202,13 +223,14 @@ void cache_tiers_open(struct cache *c)
 		return;
 	}
 	snprintf(p, sizeof(p), "%s/meta", dir);
-	rc = cache_meta_open(p, &c->meta);
+	lrc = cache_disk_limit(dir, c->cfg->disk_cache, &limit);
+	rc = cache_meta_open(p, meta_map_size(c, lrc == 0 ? limit : 0), &c->meta);
 	if (rc < 0) {
 		set_off(c, CACHE_DISK_OFF_META, rc);
 		MCFS_WARN("cache_dir %s: no metadata store; running RAM only", dir);
 		return;
 	}
-	rc = cache_disk_limit(dir, c->cfg->disk_cache, &limit);
+	rc = lrc;
 	qmax = (unsigned)MCFS_MAX(1, MCFS_MIN(WB_QUEUE_MAX, c->nslots / 4));
 	if (rc == 0)
 		rc =
@@ -424,6 +446,9 @@ void cache_tier_stats(struct cache *c, struct cache_stats *out)
 #ifdef MCFS_HAVE_NET
 	cache_shared_get_stats(c->shared, out);
 #endif
+	if (c->meta)
+		cache_meta_usage(c->meta, &out->meta_map_bytes, &out->meta_used_bytes,
+				 &out->meta_prunes);
 	if (!c->disk) {
 		out->disk_state = 0;
 		out->disk_off_reason = (uint64_t)c->disk_off;

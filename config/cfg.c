@@ -194,6 +194,11 @@ static const struct key keys[] = {
      "(empty = RAM only)"},
     {"disk_cache", KEY_STR, F(disk_cache), 0, 0, check_disk_cache,
      "a size (e.g. 100G) or a share of the cache filesystem (e.g. 50%)"},
+    {"meta_map_size", KEY_SIZE, F(meta_map_size), 1 * MiB, 1024.0 * GiB, NULL,
+     "a size, 1M to 1T; the metadata store's map in cache_dir (attributes, listings, the "
+     "disk tier's index): their records keep under half of it, the older recorded "
+     "attributes and listings dropped for room (raised to fit the index of a large disk "
+     "tier)"},
     {"offline", KEY_BOOL, F(offline), 0, 0, NULL,
      "true or false; serve cached metadata when the store is unreachable"},
     {"shared_cache", KEY_STR, F(shared_cache), 0, 0, check_shared_cache,
@@ -308,6 +313,9 @@ void cfg_init(struct cfg *c)
 	snprintf(c->unversioned, sizeof(c->unversioned), "refuse");	 /* issue 22 */
 	snprintf(c->cache_dir, sizeof(c->cache_dir), "/var/cache/mcfs"); /* issue 5 */
 	snprintf(c->disk_cache, sizeof(c->disk_cache), "50%%");
+	/* Address space, not disk: LMDB's file grows only as pages are used. Millions
+	 * of paths' records fit; a disk tier of over 8M blocks raises it (tiers.c). */
+	c->meta_map_size = 8 * GiB;
 	snprintf(c->shared_region, sizeof(c->shared_region), "us-east-1"); /* issue 15 */
 	snprintf(c->shared_addressing, sizeof(c->shared_addressing), "path");
 	/* A shared cache is a LAN away: an answer slower than this one is no win

@@ -79,6 +79,7 @@ struct cfg {
 	/* Disk tier and persistent metadata (cache/disk, cache/meta). */
 	char cache_dir[CFG_STR_MAX]; /* default /var/cache/mcfs; empty = no disk tier */
 	char disk_cache[32];	     /* "SIZE" or "N%" of the filesystem */
+	uint64_t meta_map_size;	     /* bytes: LMDB's map (attributes, listings, block index) */
 	bool offline;		     /* answer metadata from LMDB when the store is down */
 
 	/* Shared block cache (cache/shared.c): a tier on an S3 bucket that the

@@ -1,8 +1,9 @@
 /*
- * inode.c - inode numbers, attributes, listings and negative entries.
+ * inode.c - lookups, attributes, listings and negative entries.
  *
- * One node per store path ever seen, found by path (hash) or by inode number
- * (array index). A node records what the cache last said about its path and
+ * One node per store path in use (inode_table.c: found by path or by inode
+ * number, and freed when nothing holds it and it is not among the recently
+ * used idle ones). A node records what the cache last said about its path and
  * until when that holds: attributes (or "missing"), and for a directory its
  * listing. Answers are served from the node while cache_attr_fresh() says
  * so (the cache works out the expiry from attr_ttl and negative_ttl, and
@@ -23,180 +24,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
-
-static size_t path_hash(const char *p)
-{
-	size_t h = 1469598103934665603ull;
-
-	for (; *p; p++)
-		h = (h ^ (unsigned char)*p) * 1099511628211ull;
-	return h;
-}
-
-static struct fs_node *find(struct fs_inodes *t, const char *path)
-{
-	struct fs_node *n;
-
-	for (n = t->buckets[path_hash(path) & (t->nbuckets - 1)]; n; n = n->hnext)
-		if (strcmp(n->path, path) == 0)
-			return n;
-	return NULL;
-}
-
-static int grow_hash(struct fs_inodes *t)
-{
-	size_t nb = t->nbuckets * 2, i;
-	struct fs_node **b = calloc(nb, sizeof(*b)), *n, *next;
-
-	if (!b)
-		return -ENOMEM;
-	for (i = 0; i < t->nbuckets; i++) {
-		for (n = t->buckets[i]; n; n = next) {
-			next = n->hnext;
-			n->hnext = b[path_hash(n->path) & (nb - 1)];
-			b[path_hash(n->path) & (nb - 1)] = n;
-		}
-	}
-	free(t->buckets);
-	t->buckets = b;
-	t->nbuckets = nb;
-	return 0;
-}
-
-/* Finds or creates the node of @path. Lock held. NULL on ENOMEM. */
-static struct fs_node *get_node(struct fs_inodes *t, const char *path)
-{
-	struct fs_node *n = find(t, path);
-	size_t i;
-
-	if (n)
-		return n;
-	if (t->count >= t->nbuckets && grow_hash(t) < 0)
-		return NULL;
-	n = calloc(1, sizeof(*n));
-	if (!n || !(n->path = strdup(path))) {
-		free(n);
-		return NULL;
-	}
-	i = path_hash(path) & (t->nbuckets - 1);
-	n->hnext = t->buckets[i];
-	t->buckets[i] = n;
-	t->count++;
-	return n;
-}
-
-/* Gives @n an inode number if it has none. Lock held. */
-static int assign_ino(struct fs_inodes *t, struct fs_node *n)
-{
-	struct fs_node **grown;
-
-	if (n->ino)
-		return 0;
-	if (t->next_ino == t->ino_cap) {
-		grown = realloc(t->by_ino, t->ino_cap * 2 * sizeof(*grown));
-		if (!grown)
-			return -ENOMEM;
-		t->by_ino = grown;
-		t->ino_cap *= 2;
-	}
-	n->ino = t->next_ino++;
-	t->by_ino[n->ino] = n;
-	return 0;
-}
-
-struct fs_node *fs_node_by_ino(struct fs_inodes *t, fuse_ino_t ino)
-{
-	return ino < t->next_ino ? t->by_ino[ino] : NULL;
-}
-
-static void free_node(struct fs_node *n)
-{
-	free(n->listing);
-	free(n->path);
-	free(n);
-}
-
-/*
- * Takes @n out of the path hash, so that the next get_node() of its path
- * makes a new node with a new inode number (see inode_open.c). @n
- * keeps its number, attributes and opens. Lock held.
- */
-void fs_node_retire(struct fs_session *s, struct fs_node *n)
-{
-	struct fs_inodes *t = s->inodes;
-	struct fs_node **pp = &t->buckets[path_hash(n->path) & (t->nbuckets - 1)];
-
-	while (*pp != n)
-		pp = &(*pp)->hnext;
-	*pp = n->hnext;
-	n->hnext = NULL;
-	t->count--;
-	n->retired = true;
-	atomic_fetch_add_explicit(&s->inode_renumbers, 1, memory_order_relaxed);
-	atomic_fetch_add_explicit(&s->inodes_retired, 1, memory_order_relaxed);
-	MCFS_INFO("%s changed in the store while open%s: its %u open(s) keep inode %lu and the "
-		  "old version; new opens get a new inode",
-		  n->path, n->pt_opens > 0 ? " with passthrough" : "", n->pt_opens + n->pc_opens,
-		  (unsigned long)n->ino);
-}
-
-/* Frees @n if it is retired and nothing refers to it any more: the kernel
- * forgot it and its opens closed. Lock held. */
-void fs_node_drop_retired(struct fs_session *s, struct fs_node *n)
-{
-	if (!n->retired || n->nlookup > 0 || n->pt_opens > 0 || n->pc_opens > 0)
-		return;
-	s->inodes->by_ino[n->ino] = NULL;
-	atomic_fetch_sub_explicit(&s->inodes_retired, 1, memory_order_relaxed);
-	free_node(n);
-}
-
-int fs_inodes_new(struct fs_session *s, struct fs_inodes **out)
-{
-	struct fs_inodes *t = calloc(1, sizeof(*t));
-	struct fs_node *root;
-
-	if (!t)
-		return -ENOMEM;
-	pthread_mutex_init(&t->lock, NULL);
-	t->nbuckets = 1024;
-	t->buckets = calloc(t->nbuckets, sizeof(*t->buckets));
-	t->ino_cap = 1024;
-	t->by_ino = calloc(t->ino_cap, sizeof(*t->by_ino));
-	t->next_ino = FUSE_ROOT_ID;
-	root = t->buckets && t->by_ino ? get_node(t, "") : NULL;
-	if (!root || assign_ino(t, root) < 0) {
-		fs_inodes_free(t);
-		return -ENOMEM;
-	}
-	root->exists = true;
-	root->attr.mode = S_IFDIR | 0755;
-	(void)s;
-	*out = t;
-	return 0;
-}
-
-void fs_inodes_free(struct fs_inodes *t)
-{
-	struct fs_node *n, *next;
-	size_t i;
-
-	if (!t)
-		return;
-	for (i = 0; t->by_ino && i < t->next_ino; i++) /* retired: in no hash chain */
-		if (t->by_ino[i] && t->by_ino[i]->retired)
-			free_node(t->by_ino[i]);
-	for (i = 0; t->buckets && i < t->nbuckets; i++) {
-		for (n = t->buckets[i]; n; n = next) {
-			next = n->hnext;
-			free_node(n);
-		}
-	}
-	free(t->buckets);
-	free(t->by_ino);
-	pthread_mutex_destroy(&t->lock);
-	free(t);
-}
 
 void fs_attr_to_stat(const struct fs_session *s, fuse_ino_t ino, const struct cache_attr *a,
 		     struct stat *st)
@@ -237,49 +64,80 @@ static void node_stat(struct fs_session *s, struct fs_node *n, struct stat *st)
 	shown_size(n, st);
 }
 
+/* What the cache said about a path: exists (0), or not (-ENOENT, -ENOTDIR). */
+struct answer {
+	int rc;
+	struct cache_attr a; /* when rc is 0 */
+	uint64_t expires;    /* the answer holds until then (monotonic ns) */
+};
+
 /*
- * Asks the cache about @path and records the answer in its node: with
- * @confirm, for an open (cache_confirm(): the store, now); else the store or
- * LMDB under cache_dir, as fresh as attr_ttl allows. A node whose passthrough
- * opens read a version the store no longer has (another one, or no file) is
- * retired first, and the answer goes to the path's new node. No lock held on
- * entry.
+ * Asks the cache about @path: with @confirm, for an open (cache_confirm():
+ * the store, now); else the store or LMDB under cache_dir, as fresh as
+ * attr_ttl allows. Returns 0 with @ans filled, or the cache's error. No lock
+ * held.
  */
-int fs_node_refresh(struct fs_session *s, const char *path, bool confirm)
+static int ask(struct fs_session *s, const char *path, bool confirm, struct answer *ans)
 {
-	struct fs_inodes *t = s->inodes;
-	struct cache_attr a;
-	struct fs_node *n;
-	uint64_t expires;
 	int rc;
 
 	if (confirm)
-		rc = cache_confirm(s->cache, path, &a, &expires);
+		rc = cache_confirm(s->cache, path, &ans->a, &ans->expires);
 	else
-		rc = cache_stat(s->cache, path, &a, &expires);
+		rc = cache_stat(s->cache, path, &ans->a, &ans->expires);
 	if (rc < 0 && rc != -ENOENT && rc != -ENOTDIR)
 		return rc;
-	pthread_mutex_lock(&t->lock);
-	n = get_node(t, path);
+	ans->rc = rc;
+	return 0;
+}
+
+/*
+ * Records @ans in the node of @path, made if need be. A node whose
+ * passthrough opens read a version the store no longer has (another one, or
+ * no file) is retired first, and the answer goes to the path's new node.
+ * Returns the node, settled (held, or the most recent idle one), or NULL on
+ * ENOMEM. Lock held.
+ */
+static struct fs_node *record(struct fs_session *s, const char *path, const struct answer *ans)
+{
+	struct fs_node *n = fs_node_get(s, path);
+
 	if (n && n->pt_opens > 0 &&
-	    (rc < 0 || (a.version[0] != '\0' && strcmp(a.version, n->pt_version) != 0))) {
+	    (ans->rc < 0 ||
+	     (ans->a.version[0] != '\0' && strcmp(ans->a.version, n->pt_version) != 0))) {
 		fs_node_retire(s, n);
-		n = get_node(t, path);
+		n = fs_node_get(s, path);
 	}
-	if (!n) {
-		pthread_mutex_unlock(&t->lock);
-		return -ENOMEM;
+	if (!n)
+		return NULL;
+	n->attr_expires = ans->expires;
+	n->exists = ans->rc == 0;
+	if (n->exists) {
+		n->attr = ans->a;
+		if (fs_node_assign_ino(s->inodes, n) < 0) {
+			n->exists = false; /* unanswered: asked again next time */
+			n->attr_expires = 0;
+			fs_node_settle(s, n);
+			return NULL;
+		}
 	}
-	n->attr_expires = expires;
-	n->exists = rc == 0;
-	if (rc == 0) {
-		n->attr = a;
-		rc = assign_ino(t, n);
-	} else {
-		rc = 0;
-	}
-	pthread_mutex_unlock(&t->lock);
-	return rc;
+	fs_node_settle(s, n);
+	return n;
+}
+
+int fs_node_refresh(struct fs_session *s, const char *path, bool confirm)
+{
+	struct answer ans;
+	bool ok;
+	int rc;
+
+	rc = ask(s, path, confirm, &ans);
+	if (rc < 0)
+		return rc;
+	pthread_mutex_lock(&s->inodes->lock);
+	ok = record(s, path, &ans) != NULL;
+	pthread_mutex_unlock(&s->inodes->lock);
+	return ok ? 0 : -ENOMEM;
 }
 
 static int child_path(const char *dir, const char *name, char *buf, size_t len)
@@ -308,54 +166,64 @@ static bool listed_absent(struct fs_node *dir, const char *name)
 	return true;
 }
 
+/*
+ * Answers a lookup from node @n (NULL: a name that the directory's fresh
+ * listing lacks): an existing path counts one lookup, anything else is a miss
+ * the kernel keeps for negative_ttl. Lock held.
+ */
+static void answer(struct fs_session *s, struct fs_node *n, struct fuse_entry_param *e)
+{
+	if (n && n->exists) {
+		n->nlookup++;
+		e->ino = n->ino;
+		node_stat(s, n, &e->attr);
+		e->attr_timeout = s->cfg.attr_ttl;
+		e->entry_timeout = s->cfg.attr_ttl;
+	} else {
+		e->ino = 0; /* negative entry, cached by the kernel */
+		e->entry_timeout = s->cfg.negative_ttl;
+	}
+	if (n)
+		fs_node_settle(s, n); /* held now, or the most recent idle node */
+}
+
 int fs_inode_lookup(struct fs_session *s, fuse_ino_t parent, const char *name,
 		    struct fuse_entry_param *e)
 {
 	struct fs_inodes *t = s->inodes;
 	char path[4096];
 	struct fs_node *p, *n;
-	int rc, tries;
+	struct answer ans;
+	int rc = 0;
 
 	memset(e, 0, sizeof(*e));
-	for (tries = 0; tries < 2; tries++) {
-		pthread_mutex_lock(&t->lock);
-		p = fs_node_by_ino(t, parent);
-		if (!p || !p->exists) {
-			pthread_mutex_unlock(&t->lock);
-			return -ENOENT;
-		}
-		if (!S_ISDIR(p->attr.mode)) {
-			pthread_mutex_unlock(&t->lock);
-			return -ENOTDIR;
-		}
+	pthread_mutex_lock(&t->lock);
+	p = fs_node_by_ino(t, parent);
+	if (!p || !p->exists)
+		rc = -ENOENT;
+	else if (!S_ISDIR(p->attr.mode))
+		rc = -ENOTDIR;
+	else
 		rc = child_path(p->path, name, path, sizeof(path));
-		if (rc < 0) {
-			pthread_mutex_unlock(&t->lock);
-			return rc;
-		}
-		n = find(t, path);
-		/* after a refresh, take the store's answer even with a zero ttl */
-		if ((n && (tries == 1 || cache_attr_fresh(n->attr_expires))) ||
-		    (!n && listed_absent(p, name))) {
-			if (n && n->exists) {
-				n->nlookup++;
-				e->ino = n->ino;
-				node_stat(s, n, &e->attr);
-				e->attr_timeout = s->cfg.attr_ttl;
-				e->entry_timeout = s->cfg.attr_ttl;
-			} else {
-				e->ino = 0; /* negative entry, cached by the kernel */
-				e->entry_timeout = s->cfg.negative_ttl;
-			}
+	if (rc == 0) {
+		n = fs_node_find(t, path);
+		if ((n && cache_attr_fresh(n->attr_expires)) || (!n && listed_absent(p, name))) {
+			answer(s, n, e);
 			pthread_mutex_unlock(&t->lock);
 			return 0;
 		}
-		pthread_mutex_unlock(&t->lock);
-		rc = fs_node_refresh(s, path, false);
-		if (rc < 0)
-			return rc;
 	}
-	return -EIO; /* not reached: the second pass always answers */
+	pthread_mutex_unlock(&t->lock);
+	if (rc == 0)
+		rc = ask(s, path, false, &ans);
+	if (rc < 0)
+		return rc;
+	pthread_mutex_lock(&t->lock);
+	n = record(s, path, &ans);
+	if (n) /* the store's answer, even with a zero ttl */
+		answer(s, n, e);
+	pthread_mutex_unlock(&t->lock);
+	return n ? 0 : -ENOMEM;
 }
 
 void fs_inode_forget(struct fs_session *s, fuse_ino_t ino, uint64_t nlookup)
@@ -366,7 +234,7 @@ void fs_inode_forget(struct fs_session *s, fuse_ino_t ino, uint64_t nlookup)
 	n = fs_node_by_ino(s->inodes, ino);
 	if (n) {
 		n->nlookup = n->nlookup > nlookup ? n->nlookup - nlookup : 0;
-		fs_node_drop_retired(s, n);
+		fs_node_settle(s, n);
 	}
 	pthread_mutex_unlock(&s->inodes->lock);
 }
@@ -389,27 +257,42 @@ void fs_inode_invalidate(struct fs_session *s, fuse_ino_t ino)
 		cache_forget_attr(s->cache, path);
 }
 
-fuse_ino_t fs_inode_ref(struct fs_session *s, fuse_ino_t ino, struct stat *st)
+fuse_ino_t fs_inode_entry(struct fs_session *s, const struct fs_listing *l, size_t i, bool plus,
+			  struct stat *st)
 {
+	const struct fs_listent *le = &l->ents[i];
 	struct fs_inodes *t = s->inodes;
-	struct fs_node *n;
+	fuse_ino_t ino = 0;
+	char path[4096];
+	struct fs_node *n = NULL;
 
 	pthread_mutex_lock(&t->lock);
-	n = fs_node_by_ino(t, ino);
-	if (n && n->retired) {
-		/* The listing is older than the path's new node: name that one. */
-		n = find(t, n->path);
-		if (n && n->exists && n->ino)
-			node_stat(s, n, st);
-		else
-			n = NULL;
-	} else if (n) {
-		shown_size(n, st);
+	if (child_path(l->dir, le->name, path, sizeof(path)) == 0) {
+		n = fs_node_find(t, path); /* the path's node now: never a retired one */
+		if (!n) {
+			/* Freed since the listing was built: the listing knows it. */
+			n = fs_node_get(s, path);
+			if (n) {
+				n->exists = true;
+				n->attr = le->attr;
+				n->attr_expires = l->expires;
+			}
+		}
 	}
-	ino = n ? n->ino : 0;
+	if (n && fs_node_assign_ino(t, n) == 0) {
+		ino = n->ino;
+		if (n->exists)
+			node_stat(s, n, st);
+		else /* the store said no since: the listing's word, till a lookup */
+			fs_attr_to_stat(s, ino, &le->attr, st);
+		if (plus)
+			n->nlookup++;
+	}
 	if (n)
-		n->nlookup++;
+		fs_node_settle(s, n);
 	pthread_mutex_unlock(&t->lock);
+	if (!ino)
+		fs_attr_to_stat(s, 0, &le->attr, st);
 	return ino;
 }
 
@@ -441,6 +324,7 @@ int fs_node_state(struct fs_session *s, fuse_ino_t ino, char *buf, size_t len, b
 /* Refreshes @ino if stale, then runs with the lock held: returns the node or NULL. */
 struct fs_node *fs_node_fresh(struct fs_session *s, fuse_ino_t ino, int *rc)
 {
+	struct fs_node *n;
 	char path[4096];
 	bool ok;
 
@@ -453,7 +337,12 @@ struct fs_node *fs_node_fresh(struct fs_session *s, fuse_ino_t ino, int *rc)
 			return NULL;
 	}
 	pthread_mutex_lock(&s->inodes->lock);
-	return fs_node_by_ino(s->inodes, ino);
+	n = fs_node_by_ino(s->inodes, ino);
+	if (!n) {
+		pthread_mutex_unlock(&s->inodes->lock);
+		*rc = -ENOENT;
+	}
+	return n;
 }
 
 int fs_inode_getattr(struct fs_session *s, fuse_ino_t ino, struct stat *st)
@@ -491,25 +380,35 @@ int fs_inode_path(struct fs_session *s, fuse_ino_t ino, char *buf, size_t len)
 	return fs_node_state(s, ino, buf, len, &ok, NULL);
 }
 
-/* Builds a listing from the store's entries, updating the children's nodes. Lock held. */
+/*
+ * Builds a listing of @dir from the store's entries, and records each entry's
+ * attributes in its child's node (made if need be): `ls -l` after a listing
+ * asks nothing more. Returns it with the caller's reference, or NULL on
+ * ENOMEM. Lock held.
+ */
 static struct fs_listing *build_listing(struct fs_session *s, const char *dir,
 					const struct cache_dirent *ents, size_t n, uint64_t expires)
 {
-	struct fs_inodes *t = s->inodes;
 	struct fs_listing *l;
 	char path[4096];
 	struct fs_node *c;
 	size_t i, k = 0;
 
 	l = calloc(1, sizeof(*l) + n * sizeof(l->ents[0]));
-	if (!l)
+	if (!l || !(l->dir = strdup(dir))) {
+		free(l);
 		return NULL;
+	}
+	l->refs = 1;
+	l->expires = expires;
 	for (i = 0; i < n; i++) {
 		if (child_path(dir, ents[i].name, path, sizeof(path)) < 0)
 			continue;
-		c = get_node(t, path);
-		if (!c || assign_ino(t, c) < 0) {
-			free(l);
+		c = fs_node_get(s, path);
+		if (!c || fs_node_assign_ino(s->inodes, c) < 0) {
+			if (c)
+				fs_node_settle(s, c);
+			fs_listing_unref(l);
 			return NULL;
 		}
 		/* A listing may be older than the version that passthrough opens
@@ -520,13 +419,12 @@ static struct fs_listing *build_listing(struct fs_session *s, const char *dir,
 			c->attr = ents[i].attr;
 			c->attr_expires = expires; /* as fresh as the listing */
 		}
-		l->ents[k].ino = c->ino;
-		fs_attr_to_stat(s, c->ino, &c->attr, &l->ents[k].st);
+		fs_node_settle(s, c); /* may free other idle nodes, never one the kernel holds */
+		l->ents[k].attr = ents[i].attr;
 		snprintf(l->ents[k].name, sizeof(l->ents[k].name), "%s", ents[i].name);
 		k++;
 	}
 	l->n = k;
-	l->refs = 1;
 	return l;
 }
 
@@ -562,25 +460,23 @@ int fs_inode_list(struct fs_session *s, fuse_ino_t ino, struct fs_listing **out)
 	pthread_mutex_lock(&t->lock);
 	l = build_listing(s, path, ents, cnt, expires);
 	free(ents);
-	if (!l) {
-		pthread_mutex_unlock(&t->lock);
-		return -ENOMEM;
+	n = l ? fs_node_by_ino(t, ino) : NULL; /* the kernel holds it: opendir */
+	if (n) {
+		fs_listing_unref(n->listing);
+		n->listing = l;
+		n->list_expires = expires;
+		l->refs++; /* the node's */
 	}
-	n = fs_node_by_ino(t, ino);
-	if (n->listing && --n->listing->refs == 0)
-		free(n->listing);
-	n->listing = l;
-	n->list_expires = expires;
-	l->refs++; /* the caller's */
-	*out = l;
 	pthread_mutex_unlock(&t->lock);
+	if (!l)
+		return -ENOMEM;
+	*out = l;
 	return 0;
 }
 
 void fs_listing_put(struct fs_session *s, struct fs_listing *l)
 {
 	pthread_mutex_lock(&s->inodes->lock);
-	if (--l->refs == 0)
-		free(l);
+	fs_listing_unref(l);
 	pthread_mutex_unlock(&s->inodes->lock);
 }

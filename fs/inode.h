@@ -1,17 +1,20 @@
 /*
  * inode.h - the inode table and the in-memory metadata cache of fs/.
  *
- * Inode numbers are stable for the life of the mount: a path gets a number
- * the first time it is seen and keeps it (nodes are never freed before
- * unmount; a model store has thousands of files, not billions), with one
- * exception: a file replaced in the store while open with passthrough gets
- * a new number, and the old one lives on for those opens until the kernel
- * forgets it (then it is freed; numbers are never reused). Nodes keep
- * the attributes, "no such name" answers and directory listings that the
- * cache gave (cache_stat(), cache_list()) until the expiry it gave with them
- * (attr_ttl, negative_ttl: the policy is cache/'s). Lookups in a directory
- * whose listing is fresh are answered from it without asking the cache.
- * Opens are not: each confirms the file's version (cache_confirm()).
+ * A path gets an inode number the first time it is seen and keeps it while
+ * its node lives: while the kernel holds the inode or an open does, and
+ * after that while the node is among the most recently used idle ones
+ * (inode_table.c; the rest are freed, so that a store that shows the daemon
+ * a million names over its life costs a bounded table). A path seen again
+ * after its node was freed gets a new number; the kernel had forgotten the
+ * old one. A file replaced in the store while open with passthrough gets a
+ * new number too, and the old one lives on for those opens until the kernel
+ * forgets it. Numbers are never reused. Nodes keep the attributes, "no such
+ * name" answers and directory listings that the cache gave (cache_stat(),
+ * cache_list()) until the expiry it gave with them (attr_ttl, negative_ttl:
+ * the policy is cache/'s). Lookups in a directory whose listing is fresh are
+ * answered from it without asking the cache. Opens are not: each confirms
+ * the file's version (cache_confirm()).
  *
  * Lock: inodes->lock guards the table and every node's fields. It is never
  * held across a call into the cache that may reach the store (cache_stat,
@@ -24,14 +27,20 @@
 
 #include "fs_int.h"
 
-/* A directory listing snapshot: refcounted, immutable once built. */
+/*
+ * A directory listing snapshot: refcounted, immutable once built. Its entries
+ * hold names and the store's attributes, not inode numbers: the node of an
+ * entry may be freed while the listing lives, so fs_inode_entry() finds the
+ * path's node (or makes it again) when the entry is sent.
+ */
 struct fs_listing {
 	unsigned refs;	   /* guarded by inodes->lock */
 	atomic_uint order; /* the requests on one open of it (fs_order_before) */
+	char *dir;	   /* the directory's store path */
+	uint64_t expires;  /* the entries' attributes are fresh until then (monotonic ns) */
 	size_t n;
 	struct fs_listent {
-		fuse_ino_t ino;
-		struct stat st;
+		struct cache_attr attr;
 		char name[CACHE_NAME_MAX];
 	} ents[];
 };
@@ -48,8 +57,9 @@ void fs_inodes_free(struct fs_inodes *t);
 MCFS_MUST_CHECK int fs_inode_lookup(struct fs_session *s, fuse_ino_t parent, const char *name,
 				    struct fuse_entry_param *e);
 
-/* Drops @n lookups of @ino. The node itself stays (stable numbers), unless it
- * was retired for a newer version and has no open left: then it is freed. */
+/* Drops @n lookups of @ino. A node nothing holds any more becomes idle (kept
+ * among the most recently used, see inode_table.c), or is freed if it was
+ * retired for a newer version. */
 void fs_inode_forget(struct fs_session *s, fuse_ino_t ino, uint64_t n);
 
 /* Current attributes of @ino (revalidated with the store after attr_ttl), as
@@ -59,23 +69,23 @@ MCFS_MUST_CHECK int fs_inode_getattr(struct fs_session *s, fuse_ino_t ino, struc
 
 /*
  * The listing of directory @ino; returns a new reference, drop with
- * fs_listing_put(). Entries have inode numbers (they count as looked up only
- * when readdirplus returns them: see fs_inode_ref()). A listing is a
- * snapshot: an entry may name the old inode of a file replaced since.
+ * fs_listing_put(). Its entries get inode numbers as they are sent
+ * (fs_inode_entry()).
  */
 MCFS_MUST_CHECK int fs_inode_list(struct fs_session *s, fuse_ino_t ino, struct fs_listing **out);
 void fs_listing_put(struct fs_session *s, struct fs_listing *l);
 
 /*
- * For a readdirplus entry of a listing: counts one lookup and returns the
- * inode number the kernel may be shown, @ino or, if @ino was retired for a
- * newer version, the path's current one; 0 (nothing counted) if there is
- * none. Adjusts @st (the listing's attributes) as getattr would show them:
- * while opens of an older, larger version use the page cache, that
- * version's size (see inode.c). Give the lookup back with fs_inode_forget()
- * if the entry is not sent.
+ * For entry @i of listing @l as readdir sends it (@plus: readdirplus, which
+ * counts one lookup): returns the inode number of the path's node now (not a
+ * retired one; made again from the entry if it was freed) and fills @st as
+ * getattr would show it (while opens of an older, larger version use the
+ * page cache, that version's size: see inode.c). 0 (nothing counted) only on
+ * ENOMEM. Give a counted lookup back with fs_inode_forget() if the entry is
+ * not sent.
  */
-fuse_ino_t fs_inode_ref(struct fs_session *s, fuse_ino_t ino, struct stat *st);
+fuse_ino_t fs_inode_entry(struct fs_session *s, const struct fs_listing *l, size_t i, bool plus,
+			  struct stat *st);
 
 /* How one open uses the kernel's page cache, or passthrough. */
 struct fs_open_mode {

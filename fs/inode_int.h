@@ -1,19 +1,27 @@
 /*
- * inode_int.h - what the inode table's files share (inode.c: the nodes,
- * lookups, attributes, listings; inode_open.c: opens). Not for use outside
- * them: the table's interface is inode.h.
+ * inode_int.h - what the inode table's files share (inode_table.c: the nodes,
+ * their hashes and when they are freed; inode.c: lookups, attributes,
+ * listings; inode_open.c: opens). Not for use outside them: the table's
+ * interface is inode.h. Every function here runs with inodes->lock held
+ * unless it says otherwise.
  */
 #ifndef MCFS_FS_INODE_INT_H
 #define MCFS_FS_INODE_INT_H
 
 #include "inode.h"
+#include "mcfs_lock.h"
 
 #include <pthread.h>
 
 struct fs_node {
-	fuse_ino_t ino;		    /* 0 until the path is known to exist */
-	char *path;		    /* store path, "" for the root */
-	struct fs_node *hnext;	    /* path-hash chain */
+	fuse_ino_t ino;	       /* 0 until the path is known to exist */
+	char *path;	       /* store path, "" for the root */
+	struct fs_node *hnext; /* path-hash chain (none while retired) */
+	struct fs_node *inext; /* inode-number hash chain (while ino != 0) */
+	/* The idle list (inode_table.c), while nothing holds the node: no lookup
+	 * the kernel has not forgotten, no open, not the root. */
+	struct fs_node *lru_prev, *lru_next;
+	bool idle;
 	struct cache_attr attr;	    /* valid when exists */
 	uint64_t attr_expires;	    /* attr (or the miss) is fresh until then; 0 = stale */
 	bool exists;		    /* false: the store said there is no such path */
@@ -40,31 +48,57 @@ struct fs_node {
 	int backing_id;
 	/* Out of the path hash: the path names a newer node now (fs_node_retire()). The
 	 * node keeps attr (of its opens' version) for good and lives until nlookup and
-	 * its opens are 0 (fs_node_drop_retired()). */
+	 * its opens are 0 (fs_node_settle()). */
 	bool retired;
 };
 
 struct fs_inodes {
-	pthread_mutex_t lock;	 /* guards everything below and all nodes */
-	struct fs_node **by_ino; /* index = inode number; [0] unused */
-	size_t ino_cap, next_ino;
+	pthread_mutex_t lock;	  /* guards everything below and all nodes */
+	struct fs_session *sess;  /* the session this table is of (its counters) */
 	struct fs_node **buckets; /* path hash */
 	size_t nbuckets, count;
+	struct fs_node **ibuckets; /* inode-number hash of the nodes with a number */
+	size_t nibuckets, icount;
+	fuse_ino_t next_ino;		       /* the next number given; numbers are never reused */
+	struct fs_node *idle_head, *idle_tail; /* idle nodes, least recently used first */
+	size_t nidle;
 };
 
-/* The node of inode @ino, or NULL (lock held). */
+/* The node of path @path (never a retired one), or NULL. */
+struct fs_node *fs_node_find(struct fs_inodes *t, const char *path);
+
+/* The node of inode @ino, or NULL: the kernel forgot it and it was freed. */
 struct fs_node *fs_node_by_ino(struct fs_inodes *t, fuse_ino_t ino);
+
+/*
+ * The node of @path, made (with no number, nothing known) if there is none;
+ * NULL on ENOMEM. The caller fills it in and then calls fs_node_settle(), so
+ * that a node nothing holds joins the idle list.
+ */
+struct fs_node *fs_node_get(struct fs_session *s, const char *path);
+
+/* Gives @n the next inode number if it has none. 0 or -ENOMEM. */
+int fs_node_assign_ino(struct fs_inodes *t, struct fs_node *n);
+
+/*
+ * After anything that may change whether @n is held (a lookup counted or
+ * forgotten, an open or a close) or made it: takes it off the idle list if
+ * something holds it; else makes it the idle list's most recent, freeing the
+ * least recent beyond the bound, or frees it if it is retired. @n, and any
+ * other node nothing holds, may be freed: use none after this but by a fresh
+ * lookup. Can't fail.
+ */
+void fs_node_settle(struct fs_session *s, struct fs_node *n);
 
 /*
  * Takes @n out of the path hash, so that the next lookup of its path makes a
  * new node with a new inode number (inode_open.c says why). @n keeps its
- * number, attributes and opens. Lock held.
+ * number, attributes and opens.
  */
 void fs_node_retire(struct fs_session *s, struct fs_node *n);
 
-/* Frees @n if it is retired and nothing refers to it any more: the kernel
- * forgot it and its opens closed. Lock held. */
-void fs_node_drop_retired(struct fs_session *s, struct fs_node *n);
+/* Drops a node's or an open directory's reference to @l (may be NULL); the last frees it. */
+void fs_listing_unref(struct fs_listing *l);
 
 /* Asks the cache about @path now (@confirm: its version confirmed with the
  * store) and updates its node. No lock held. 0 or -errno. */

@@ -36,7 +36,7 @@
  * LOOKUP_REVAL: that LOOKUP answers the new number, the kernel drops the old
  * dentry (fuse_dentry_revalidate: another nodeid) and opens the new inode.
  * A retired node is freed when the kernel forgot it and its opens closed
- * (fs_node_drop_retired()); inode numbers are never reused.
+ * (fs_node_settle()); inode numbers are never reused.
  *
  * Cold opens (cold_direct_io). An open of a file the cache does not hold
  * whole is answered with direct_io when the kernel allows an mmap of such an
@@ -64,6 +64,7 @@
  */
 static struct fs_node *confirmed_node(struct fs_session *s, fuse_ino_t ino, int *rc)
 {
+	struct fs_node *n;
 	char path[4096];
 	bool ok, retired;
 
@@ -75,7 +76,12 @@ static struct fs_node *confirmed_node(struct fs_session *s, fuse_ino_t ino, int 
 	if (*rc < 0)
 		return NULL;
 	pthread_mutex_lock(&s->inodes->lock);
-	return fs_node_by_ino(s->inodes, ino);
+	n = fs_node_by_ino(s->inodes, ino);
+	if (!n) {
+		pthread_mutex_unlock(&s->inodes->lock);
+		*rc = -ENOENT;
+	}
+	return n;
 }
 
 /*
@@ -178,6 +184,8 @@ static int open_file(struct fs_session *s, fuse_ino_t ino, struct cache_file **f
 			rc = -ESTALE;
 		else if (mode)
 			changed = page_cache_mode(s, n, a.version, mode);
+		if (mode)
+			fs_node_settle(s, n); /* held by its open now */
 	}
 	pthread_mutex_unlock(&s->inodes->lock);
 	if (rc < 0)
@@ -213,8 +221,8 @@ void fs_inode_close(struct fs_session *s, fuse_req_t req, fuse_ino_t ino, struct
 		n->size_held = false;
 		reshow = true;
 	}
-	if (n)
-		fs_node_drop_retired(s, n);
+	if (n) /* idle now if the kernel forgot it; freed if it was retired */
+		fs_node_settle(s, n);
 	pthread_mutex_unlock(&s->inodes->lock);
 	/* The kernel was shown the closed version's size: attributes only (offset
 	 * -1), which is safe from inside a request, as in open_file(). */

@@ -283,30 +283,36 @@ static void fs_releasedir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info 
 	fuse_reply_err(req, 0);
 }
 
-/* Adds one entry; returns its size, or 0 when the buffer is full. */
-static size_t add_entry(fuse_req_t req, char *p, size_t rem, const char *name,
-			const struct stat *st, fuse_ino_t ino, off_t next, bool plus)
+/*
+ * Adds entry @i of @l (-1, -2: "." and "..", which are not looked up: ino 0
+ * makes no dentry); returns its size, or 0 when the buffer is full.
+ */
+static size_t add_entry(fuse_req_t req, char *p, size_t rem, const struct fs_listing *l, off_t i,
+			fuse_ino_t dir, bool plus)
 {
 	struct fs_session *s = fs_sess(req);
 	struct fuse_entry_param e;
+	const char *name = i < 0 ? (i == -2 ? "." : "..") : l->ents[i].name;
 	size_t n;
 
+	memset(&e, 0, sizeof(e));
+	if (i < 0) {
+		e.attr.st_ino = dir;
+		e.attr.st_mode = S_IFDIR;
+	} else {
+		/* Counted before the entry is sent (readdirplus counts as a lookup),
+		 * given back if it does not fit. */
+		e.ino = fs_inode_entry(s, l, (size_t)i, plus, &e.attr);
+	}
 	if (!plus) {
-		n = fuse_add_direntry(req, p, rem, name, st, next);
+		n = fuse_add_direntry(req, p, rem, name, &e.attr, i + 3);
 		return n > rem ? 0 : n;
 	}
-	memset(&e, 0, sizeof(e));
-	e.attr = *st;
-	/* "." and ".." are not looked up: ino 0 makes no dentry. Counted before
-	 * the entry is sent (readdirplus counts as a lookup), given back if it
-	 * does not fit. */
-	if (ino)
-		e.ino = fs_inode_ref(s, ino, &e.attr);
 	if (e.ino) {
 		e.attr_timeout = s->cfg.attr_ttl;
 		e.entry_timeout = s->cfg.attr_ttl;
 	}
-	n = fuse_add_direntry_plus(req, p, rem, name, &e, next);
+	n = fuse_add_direntry_plus(req, p, rem, name, &e, i + 3);
 	if (n > rem) {
 		if (e.ino)
 			fs_inode_forget(s, e.ino, 1);
@@ -321,7 +327,6 @@ static void do_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 	struct fs_listing *l = (struct fs_listing *)(uintptr_t)fi->fh;
 	char *buf = malloc(size), *p;
 	size_t rem = size, n;
-	struct stat dot;
 	off_t i;
 
 	fs_order_after(&l->order);
@@ -329,18 +334,10 @@ static void do_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 		fuse_reply_err(req, ENOMEM);
 		return;
 	}
-	memset(&dot, 0, sizeof(dot));
-	dot.st_mode = S_IFDIR;
 	p = buf;
+	/* offsets: 0 ".", 1 "..", then entry i at i + 2; each entry's next is one more */
 	for (i = off; i < (off_t)l->n + 2; i++) {
-		if (i < 2) {
-			dot.st_ino = ino;
-			n = add_entry(req, p, rem, i == 0 ? "." : "..", &dot, 0, i + 1, plus);
-		} else {
-			const struct fs_listent *le = &l->ents[i - 2];
-
-			n = add_entry(req, p, rem, le->name, &le->st, le->ino, i + 1, plus);
-		}
+		n = add_entry(req, p, rem, l, i - 2, ino, plus);
 		if (n == 0)
 			break;
 		p += n;

@@ -137,6 +137,14 @@ static void print_status(const char *mnt, const struct fs_stats *st)
 		printf(", %llu FAILED to build (see the daemon's log)",
 		       (unsigned long long)cs->backing_build_errors);
 	printf("\n");
+	printf("  tables:     %llu inodes, %llu file versions in use\n",
+	       (unsigned long long)st->inodes_live, (unsigned long long)cs->file_identities);
+	if (cs->meta_map_bytes)
+		printf("  metadata:   %s of the %s map used; older attributes and listings dropped "
+		       "%llu times for room\n",
+		       mcfs_fmt_bytes(cs->meta_used_bytes, a, sizeof(a)),
+		       mcfs_fmt_bytes(cs->meta_map_bytes, b, sizeof(b)),
+		       (unsigned long long)cs->meta_prunes);
 	if (st->inode_renumbers || st->inodes_retired)
 		printf("  renumbered: %llu files replaced in the store while open with passthrough "
 		       "(new inode numbers); %llu old inodes still held by their opens\n",

@@ -238,6 +238,15 @@ def make_safetensors(path, seed=0, big=False):
     return t
 
 
+def rss_kib(pid):
+    """VmRSS of process `pid` in KiB (0 if /proc does not say)."""
+    with open("/proc/%d/status" % pid) as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    return 0
+
+
 def sanitized(pid):
     """True if process `pid` runs under ASan/TSan (its memory use is not comparable)."""
     try:

@@ -11,19 +11,11 @@ import os
 import signal
 
 from conftest import mcfs_mount
-from gen import drop_caches, make_tree, sanitized, tree_entries
+from gen import drop_caches, make_tree, rss_kib, sanitized, tree_entries
 
 
 def fd_count(pid):
     return len(os.listdir("/proc/%d/fd" % pid))
-
-
-def rss_kb(pid):
-    with open("/proc/%d/status" % pid) as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1])
-    return 0
 
 
 def test_forget_relookup_churn(tmp):
@@ -49,7 +41,7 @@ def test_forget_relookup_churn(tmp):
                 assert tree_entries(m.path) == want, "round %d" % rnd
                 held.seek(0)
                 assert held.read() == open(os.path.join(src, "small.txt"), "rb").read()
-            rss0 = rss_kb(pid)
+            rss0 = rss_kib(pid)
             for rnd in range(6):
                 for i in range(0, 1000, 3):
                     p = m.p("churn", "d%02d" % (i % 50), "f%04d" % i)
@@ -58,7 +50,7 @@ def test_forget_relookup_churn(tmp):
                 drop_caches()
             assert fd_count(pid) <= fds0 + 2, "daemon fds grew: %d -> %d" % (fds0,
                                                                           fd_count(pid))
-            grown = rss_kb(pid) - rss0
+            grown = rss_kib(pid) - rss0
             assert sanitized(pid) or grown < 32 * 1024, "daemon RSS grew by %d KiB over 2000 open/close" % grown
         finally:
             held.close()
