@@ -155,6 +155,12 @@ enum cache_counter_type {
 	  "Bytes copied to GPU memory by loads.")                                                  \
 	X(FS, gpu_load_ns, "gpu_load_ns", COUNTER, NULL, NULL,                                     \
 	  "Nanoseconds spent in GPU loads that succeeded (Prometheus: gpu_load_seconds_total).")  \
+	X(FS, gpu_devices, "gpu_devices", GAUGE, "gpu_devices", NULL,                              \
+	  "CUDA devices the daemon can load into (0: no GPU path).")                               \
+	X(FS, gpu_ready, "gpu_ready", GAUGE, "gpu_devices_ready", NULL,                            \
+	  "Devices prepared at start: context made and the pinned RAM tier mapped (gpu_prepare).") \
+	X(FS, gpu_pinned_bytes, "gpu_pinned_bytes", GAUGE, "gpu_pinned_bytes", NULL,               \
+	  "Bytes of the RAM tier registered with CUDA (pinned) so far.")                           \
 	X(FS, fuse_max_request, "fuse_max_request", GAUGE, "fuse_max_request_bytes", NULL,         \
 	  "Bytes one FUSE READ may ask for, as FUSE INIT granted (0 before INIT).")                \
 	X(FS, fuse_io_uring, "fuse_io_uring", GAUGE, "fuse_io_uring", NULL,                        \

@@ -127,6 +127,9 @@ static const struct key keys[] = {
      "a size of at least 4 blocks, e.g. 2G; RAM tier"},
     {"ram_prefault", KEY_BOOL, F(ram_prefault), 0, 0, NULL,
      "true or false; fault the RAM tier's memory in after start-up, in the background"},
+    {"gpu_prepare", KEY_BOOL, F(gpu_prepare), 0, 0, NULL,
+     "true or false; prepare every GPU at start, in the background (its context, and the "
+     "pinned RAM tier mapped into it), so that no first load pays for it"},
     {"readahead_max", KEY_SIZE, F(readahead_max), 0, 64.0 * GiB, NULL,
      "a size, 0 (off) or at least one block; cap of one stream's readahead window"},
     {"prefetch_mem", KEY_SIZE, F(prefetch_mem), 0, 1024.0 * GiB, NULL,
@@ -279,6 +282,7 @@ void cfg_init(struct cfg *c)
 	c->block_size = 8 * MiB; /* S3 reaches full throughput with 8 MiB parts */
 	c->ram_cache = 2 * GiB;
 	c->ram_prefault = true;
+	c->gpu_prepare = true;
 	c->readahead_max = 512 * MiB;
 	c->prefetch_mem = 0;
 	c->connections = 16; /* one stream caps a NAS or an object store */

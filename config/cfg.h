@@ -36,6 +36,7 @@ struct cfg {
 	uint64_t block_size;	/* bytes, power of two, 1..64 MiB: unit fetched and cached */
 	uint64_t ram_cache;	/* bytes of RAM-tier slots (rounded down to blocks) */
 	bool ram_prefault;	/* fault the RAM tier in after start-up, in the background */
+	bool gpu_prepare;	/* prepare every GPU at start: context, RAM tier mapped */
 	uint64_t readahead_max; /* bytes: cap of one stream's readahead window */
 	uint64_t prefetch_mem;	/* bytes: all streams' prefetch in flight, global budget */
 	unsigned connections;	/* parallel fetches to the store */

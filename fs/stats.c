@@ -25,6 +25,7 @@
 #include <unistd.h>
 
 #include "fs_int.h"
+#include "gpu.h"
 
 struct row {
 	const char *key;	      /* its user.mcfs.stats line */
@@ -79,6 +80,14 @@ void fs_stats_get(struct fs_session *s, struct fs_stats *out)
 	out->pid = (uint64_t)getpid();
 	cache_get_stats(s->cache, &out->cache);
 	CACHE_COUNTERS(COPY_FS)
+	if (s->gpu) { /* the GPU rows are gpu/'s state, not counted by fs/ */
+		struct gpu_info gi;
+
+		gpu_info(s->gpu, &gi);
+		out->gpu_devices = gi.ok ? gi.devices : 0;
+		out->gpu_ready = gi.ready;
+		out->gpu_pinned_bytes = gi.pinned_bytes;
+	}
 }
 
 int fs_stats_text(const struct fs_stats *st, char *buf, size_t len)

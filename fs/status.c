@@ -123,6 +123,12 @@ static void print_status(const char *mnt, const struct fs_stats *st)
 	printf("\n");
 	printf("  in flight:  %llu fetches, %llu disk writes queued\n",
 	       (unsigned long long)cs->inflight, (unsigned long long)ds->queued);
+	if (st->gpu_devices)
+		printf(
+		    "  GPUs:       %llu, %llu ready (context made, RAM tier mapped); %s of the RAM "
+		    "tier pinned\n",
+		    (unsigned long long)st->gpu_devices, (unsigned long long)st->gpu_ready,
+		    mcfs_fmt_bytes(st->gpu_pinned_bytes, a, sizeof(a)));
 	if (st->fuse_max_request)
 		printf("  FUSE:       requests up to %s, io_uring %s\n",
 		       mcfs_fmt_bytes(st->fuse_max_request, a, sizeof(a)),

@@ -108,6 +108,7 @@ struct gpu_info {
 	bool ok;		      /* gpu_load() can work */
 	unsigned devices;	      /* CUDA devices the daemon sees */
 	uint64_t pinned_bytes;	      /* of the RAM tier, registered with CUDA so far */
+	unsigned ready;		      /* devices prepared: context made, RAM tier mapped */
 	char reason[GPU_REASON_SIZE]; /* why !ok, or a summary; NUL-terminated */
 };
 

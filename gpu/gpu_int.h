@@ -38,7 +38,17 @@ struct gpu_dev {
 	int ordinal;			   /* the daemon's CUDA ordinal */
 	unsigned char uuid[GPU_UUID_SIZE]; /* cudaDeviceProp.uuid */
 	atomic_int broken;		   /* set after a sticky CUDA error: loads get -ENODEV */
+	atomic_int ready;		   /* GPU_DEV_*: its context and the RAM tier's mapping */
+	pthread_t prep;			   /* "mcfs-gpu-prepN", if prep_started */
+	bool prep_started;		   /* written before the threads run; read at gpu_free */
 };
+
+/* gpu_dev.ready: a device is prepared once its context exists and every
+ * pinned chunk of the RAM tier has been used from it (mapped), so that its
+ * first load pays neither; a load before that still works, and pays them. */
+#define GPU_DEV_PREPARING 0
+#define GPU_DEV_READY 1
+#define GPU_DEV_FAILED (-1) /* a CUDA error: loads still try (and report it) */
 
 /* An opened IPC handle. Fields guarded by g->lock, except base and size,
  * which are written once by the opener before `opening` is cleared. */
@@ -80,7 +90,10 @@ struct gpu {
 	bool pin_started;
 
 	pthread_mutex_t lock;
-	pthread_cond_t cond;	  /* an IPC entry finished opening; or stop */
+	pthread_cond_t cond;	  /* an IPC entry finished opening; a chunk was pinned (or
+				     pinning ended); or stop */
+	bool pin_done;		  /* guarded by lock: pinning ended (chunks not pinned by then
+				     never will be) */
 	bool stop;		  /* guarded by lock: the pin/janitor thread ends */
 	struct gpu_ipc *ipcs;	  /* guarded by lock */
 	struct gpu_streams *pool; /* guarded by lock */

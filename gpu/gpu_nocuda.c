@@ -53,6 +53,7 @@ void gpu_info(struct gpu *g, struct gpu_info *out)
 	out->ok = false;
 	out->devices = 0;
 	out->pinned_bytes = 0;
+	out->ready = 0;
 	snprintf(out->reason, sizeof(out->reason), "%s", NO_CUDA);
 }
 

@@ -14,6 +14,10 @@ Rows (GB/s = 1e9 bytes/s of the data section; medians of --runs):
   mcfs disk tier          mcfs.load_file after a restart on the same cache_dir: each run
                           a fresh mount (RAM tier empty, pinned), page cache dropped;
                           the note gives the store reads of all runs (0: all from disk)
+  first                   a fresh daemon's first mcfs.load_file into the last GPU (the
+                          file already in the RAM tier, loaded into cuda:0) beside its
+                          next load there, for each --first-ram size, with gpu_prepare
+                          off and on (on: after `mcfs status` says every GPU is ready)
   switch                  safetensors load_file, transformers and diffusers from_pretrained
                           through the mount with the safetensors switch off and on
                           (tests/bench/switch_rows.py)
@@ -43,7 +47,7 @@ from conftest import mcfs_mount  # noqa: E402
 import gpu_rows  # noqa: E402
 import switch_rows  # noqa: E402
 
-SECTIONS = ["basic", "concurrent", "network", "disk", "peers", "switch"]
+SECTIONS = ["basic", "concurrent", "network", "disk", "peers", "switch", "first"]
 
 
 def log(*a):
@@ -238,6 +242,55 @@ def basic_rows(a, src, mnt, opts, fpath, data_len, row):
         log("daemon stats: %s" % m.stats())
 
 
+def wait_ready(m, timeout=600):
+    """Waits until the daemon says every GPU is prepared; returns the seconds waited."""
+    t0 = time.time()
+    while True:
+        st = m.stats()
+        if st["gpu_devices"] and st["gpu_ready"] == st["gpu_devices"]:
+            return time.time() - t0
+        if time.time() - t0 > timeout:
+            raise RuntimeError("GPUs not ready after %ds: %s" % (timeout, st))
+        time.sleep(0.05)
+
+
+def first_load_rows(a, src, mnt, opts, data_len, row):
+    """Issue 24: the first load into a GPU other than the first, from the RAM tier."""
+    last = "cuda:%d" % (torch.cuda.device_count() - 1)
+    mp = os.path.join(mnt, "model.safetensors")
+
+    def load_into(dev):
+        out = {}
+
+        def run():
+            out["t"] = mcfs.load_file(mp, device=dev)
+        t = cuda_time(run)
+        del out["t"]
+        torch.cuda.empty_cache()
+        return t
+
+    for ram in a.first_ram:
+        for prepare in ("false", "true"):
+            firsts, nexts, waits = [], [], []
+            for _ in range(a.cold_runs):
+                o = [x for x in opts if not x.startswith("ram_cache=")]
+                o += ["ram_cache=%dG" % ram, "gpu_prepare=" + prepare]
+                with mcfs_mount(src, mnt, opts=o, timeout=120) as m:
+                    wait_pinned(mp, timeout=900)
+                    if prepare == "true":
+                        waits.append(wait_ready(m))
+                    load_into("cuda:0")  # the file into the RAM tier
+                    firsts.append(load_into(last))
+                    nexts.append(load_into(last))
+            note = "ram_cache %d GiB, gpu_prepare=%s" % (ram, prepare)
+            if waits:
+                note += "; ready %.1f s after pinning (median)" % statistics.median(waits)
+            row("first load into %s, fresh daemon" % last, firsts, data_len, note)
+            row("next load into %s" % last, nexts, data_len,
+                note + "; first/next %.2f" % (statistics.median(nexts) /
+                                              statistics.median(firsts)))
+
+
 def concurrent_rows(a, src, mnt, opts, data_len, limit, row):
     gpu_rows.ram_tier_concurrent(row, a, src, mnt, opts, data_len, limit, timed_load,
                                  wait_pinned)
@@ -262,6 +315,8 @@ def main():
                     help="the cold http rows' mounts, ';'-separated: connections, and "
                     "after ':' more mount options (16;32;16:block_size=16M)")
     ap.add_argument("--cold-runs", type=int, default=3)
+    ap.add_argument("--first-ram", type=lambda v: [int(x) for x in v.split(",")],
+                    default=[4, 24, 48], help="GiB of RAM tier of the first-load rows")
     ap.add_argument("--nginx-workers", default="auto",
                     help="nginx worker processes of the network rows (auto: one per CPU)")
     ap.add_argument("--peers", type=lambda v: v.split(","), default=gpu_rows.PEERS)
@@ -324,6 +379,7 @@ def main():
         "disk": lambda: disk_tier_row(a, src, mnt, opts, fsize, data_len, row),
         "peers": lambda: gpu_rows.peers(row, a, fpath, data_len, want_sums, fs_of),
         "switch": lambda: switch_rows.rows(row, a, src, timed_load, wait_pinned, drop_caches),
+        "first": lambda: first_load_rows(a, src, mnt, opts, data_len, row),
     }
     failed = []
     for name in SECTIONS:
