@@ -725,8 +725,10 @@ def test_key_file_is_needed_and_kept_secret(swift, tmp_path):
     os.makedirs(mnt)
 
     def mount(opts):
-        r = run_mcfs("mount", str(src), mnt, "-f", "-o", ",".join(opts + ["cache_dir="]),
-                     env=ENV)
+        # not -f: a mount that wrongly succeeds returns at once, and is unmounted here
+        r = run_mcfs("mount", str(src), mnt, "-o", ",".join(opts + ["cache_dir="]), env=ENV)
+        if r.returncode == 0:
+            run_mcfs("umount", mnt)
         assert r.returncode != 0, r.stdout + r.stderr
         return r.stderr
 
