@@ -209,6 +209,26 @@ bool cache_open_confirms(const struct cache *c);
 bool cache_attr_fresh(uint64_t expires);
 
 /*
+ * When a name missing from a listing that is fresh until @list_expires (from
+ * cache_list()) stops counting as absent: negative_ttl after the listing was
+ * learned, or the listing's own expiry if that comes first. Past it, a lookup
+ * of a name the listing lacks asks the store, and the directory is listed
+ * again, so a file added to a listed directory appears within negative_ttl.
+ * Can't fail.
+ */
+uint64_t cache_list_miss_expiry(const struct cache *c, uint64_t list_expires);
+
+/*
+ * Re-confirmation (SIGHUP, `mcfs refresh`): every answer recorded under
+ * cache_dir until now is stale, whatever its age, so the next cache_stat()
+ * or cache_list() of any path asks the store. Records are kept by path, not
+ * by tree, so a refresh of one subtree distrusts them all; the answers that
+ * fs/ keeps in memory for other paths stay, and read LMDB only once stale.
+ * Can't fail.
+ */
+void cache_distrust(struct cache *c);
+
+/*
  * Forgets the recorded attributes of @path (a read found that the file
  * changed in the store), so that the next cache_stat() asks the store.
  * Can't fail: a failure to forget is logged by cache/meta.

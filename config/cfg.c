@@ -138,7 +138,7 @@ static const struct key keys[] = {
      "seconds, 0 or more; how long attributes and listings are trusted (stat, ls; opens: "
      "see open_check)"},
     {"negative_ttl", KEY_DOUBLE, F(negative_ttl), 0, 1e9, NULL,
-     "seconds, 0 or more; how long a missing name stays missing"},
+     "seconds, 0 or more; how long a missing name stays missing, also in a listing"},
     {"open_check", KEY_STR, F(open_check), 0, 0, check_open_check,
      "always or ttl; always: every open confirms the file's version with the store "
      "(close-to-open); ttl: an open trusts attributes younger than attr_ttl"},

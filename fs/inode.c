@@ -153,17 +153,30 @@ static int child_path(const char *dir, const char *name, char *buf, size_t len)
 	return n < (int)len ? 0 : -ENAMETOOLONG;
 }
 
-/* True if the fresh listing of @dir says @name is absent. Lock held. */
+/* True if the fresh listing of @dir says @name is absent: a miss is trusted
+ * for negative_ttl of the listing's age (cache_list_miss_expiry()). Lock held. */
 static bool listed_absent(struct fs_node *dir, const char *name)
 {
 	size_t i;
 
-	if (!dir->listing || !cache_attr_fresh(dir->list_expires))
+	if (!dir->listing || !cache_attr_fresh(dir->list_expires) ||
+	    !cache_attr_fresh(dir->list_miss_expires))
 		return false;
 	for (i = 0; i < dir->listing->n; i++)
 		if (strcmp(dir->listing->ents[i].name, name) == 0)
 			return false;
 	return true;
+}
+
+/* True if the listing of @dir (fresh or not) names @name. Lock held. */
+static bool listed(struct fs_node *dir, const char *name)
+{
+	size_t i;
+
+	for (i = 0; i < dir->listing->n; i++)
+		if (strcmp(dir->listing->ents[i].name, name) == 0)
+			return true;
+	return false;
 }
 
 /*
@@ -222,6 +235,9 @@ int fs_inode_lookup(struct fs_session *s, fuse_ino_t parent, const char *name,
 	n = record(s, path, &ans);
 	if (n) /* the store's answer, even with a zero ttl */
 		answer(s, n, e);
+	p = ans.rc == 0 ? fs_node_by_ino(t, parent) : NULL;
+	if (p && p->listing && !listed(p, name))
+		p->list_expires = 0; /* it lacks a name the store has: list it again */
 	pthread_mutex_unlock(&t->lock);
 	return n ? 0 : -ENOMEM;
 }
@@ -465,6 +481,7 @@ int fs_inode_list(struct fs_session *s, fuse_ino_t ino, struct fs_listing **out)
 		fs_listing_unref(n->listing);
 		n->listing = l;
 		n->list_expires = expires;
+		n->list_miss_expires = cache_list_miss_expiry(s->cache, expires);
 		l->refs++; /* the node's */
 	}
 	pthread_mutex_unlock(&t->lock);
@@ -472,6 +489,67 @@ int fs_inode_list(struct fs_session *s, fuse_ino_t ino, struct fs_listing **out)
 		return -ENOMEM;
 	*out = l;
 	return 0;
+}
+
+/* True if @path is @prefix or below it ("" is the root: everything). */
+static bool under(const char *path, const char *prefix)
+{
+	size_t k = strlen(prefix);
+
+	return k == 0 || (strncmp(path, prefix, k) == 0 && (path[k] == '\0' || path[k] == '/'));
+}
+
+/*
+ * Marks stale every answer kept about @prefix and below; copies the inode
+ * numbers the kernel holds among them into a new array (caller frees with
+ * free()), in *inos. Returns how many nodes it marked. Lock held.
+ */
+static size_t mark_stale(struct fs_inodes *t, const char *prefix, fuse_ino_t **inos, size_t *ninos)
+{
+	size_t i, marked = 0, cap = 0;
+	struct fs_node *n;
+	fuse_ino_t *a = NULL, *grown;
+
+	*ninos = 0;
+	for (i = 0; i < t->nbuckets; i++) {
+		for (n = t->buckets[i]; n; n = n->hnext) {
+			if (!under(n->path, prefix))
+				continue;
+			n->attr_expires = 0;
+			n->list_expires = 0;
+			marked++;
+			if (!n->ino || n->nlookup == 0)
+				continue;
+			if (*ninos == cap) {
+				cap = cap ? 2 * cap : 64;
+				grown = realloc(a, cap * sizeof(*a));
+				if (!grown)
+					continue; /* the kernel's copy then lasts its attr_ttl */
+				a = grown;
+			}
+			a[(*ninos)++] = n->ino;
+		}
+	}
+	*inos = a;
+	return marked;
+}
+
+size_t fs_inode_refresh(struct fs_session *s, const char *prefix)
+{
+	fuse_ino_t *inos;
+	size_t marked, n, i;
+
+	cache_distrust(s->cache); /* first: a stale node must not find LMDB's copy fresh */
+	pthread_mutex_lock(&s->inodes->lock);
+	marked = mark_stale(s->inodes, prefix, &inos, &n);
+	pthread_mutex_unlock(&s->inodes->lock);
+	/* The kernel keeps attributes for attr_ttl too: drop them (attributes
+	 * only, offset -1: the page cache is the open's business). -ENOENT is an
+	 * inode it forgot meanwhile. */
+	for (i = 0; s->se && i < n; i++)
+		(void)fuse_lowlevel_notify_inval_inode(s->se, inos[i], -1, 0);
+	free(inos);
+	return marked;
 }
 
 void fs_listing_put(struct fs_session *s, struct fs_listing *l)

@@ -57,6 +57,21 @@ void fs_inodes_free(struct fs_inodes *t);
 MCFS_MUST_CHECK int fs_inode_lookup(struct fs_session *s, fuse_ino_t parent, const char *name,
 				    struct fuse_entry_param *e);
 
+/*
+ * Re-confirmation (SIGHUP, `mcfs refresh`): drops the trust in every
+ * attribute, "no such name" and listing kept for store path @prefix and the
+ * paths below it ("" for all), here, in the kernel (its attributes, for the
+ * inodes it holds) and in cache_dir (cache_distrust()), so that the next
+ * lookup, stat or readdir of each asks the store. The kernel's dentries stay
+ * until their entry_timeout: a name it holds is looked up again then, and a
+ * name it was told is missing, after negative_ttl. Returns how many paths
+ * were marked. No lock held. Any thread, a request's included: an
+ * attributes-only invalidation never blocks (no writeback cache). Can't fail:
+ * a notification the kernel refuses leaves that inode's attributes to
+ * attr_ttl.
+ */
+size_t fs_inode_refresh(struct fs_session *s, const char *prefix);
+
 /* Drops @n lookups of @ino. A node nothing holds any more becomes idle (kept
  * among the most recently used, see inode_table.c), or is freed if it was
  * retired for a newer version. */

@@ -37,6 +37,14 @@
  * evict it for every other pod.
  */
 #define XATTR_EVICT "user.mcfs.evict"
+/*
+ * Reading this (unlisted) name of a file or directory drops the trust in every
+ * listing and attribute kept for it and below (fs_inode_refresh()) and answers
+ * how many paths that marked: `mcfs refresh`. A read for the reasons above,
+ * and restricted as user.mcfs.evict is: it makes the store answer again for
+ * every user of the mount.
+ */
+#define XATTR_REFRESH "user.mcfs.refresh"
 
 static void fs_init(void *userdata, struct fuse_conn_info *conn)
 {
@@ -379,6 +387,17 @@ static void fs_statfs(fuse_req_t req, fuse_ino_t ino)
 	fuse_reply_statfs(req, &sv);
 }
 
+/* user.mcfs.refresh: marks @ino's tree stale; answers how many paths it marked. */
+static int refresh_value(struct fs_session *s, fuse_ino_t ino, char *buf, size_t len)
+{
+	char path[4096];
+	int rc = fs_inode_path(s, ino, path, sizeof(path));
+
+	if (rc < 0)
+		return rc;
+	return snprintf(buf, len, "%zu", fs_inode_refresh(s, path));
+}
+
 /* Value of one of our xattrs for @ino into buf; returns its length or -ENODATA. */
 static int xattr_value(struct fs_session *s, fuse_ino_t ino, const char *name, char *buf,
 		       size_t len)
@@ -389,6 +408,8 @@ static int xattr_value(struct fs_session *s, fuse_ino_t ino, const char *name, c
 
 	if (ino == FUSE_ROOT_ID && strcmp(name, XATTR_STATS) == 0)
 		return fs_stats_xattr(s, buf, len);
+	if (strcmp(name, XATTR_REFRESH) == 0)
+		return refresh_value(s, ino, buf, len);
 	if (strcmp(name, XATTR_CACHED) != 0 && strcmp(name, XATTR_VERSION) != 0 &&
 	    strcmp(name, XATTR_EVICT) != 0)
 		return -ENODATA;
@@ -412,7 +433,7 @@ static void fs_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name, size_t
 	int n;
 
 	fs_conn_note_req(fs_sess(req), req); /* is io_uring in use? (fs_conn_check) */
-	if (strcmp(name, XATTR_EVICT) == 0) {
+	if (strcmp(name, XATTR_EVICT) == 0 || strcmp(name, XATTR_REFRESH) == 0) {
 		const struct fuse_ctx *ctx = fuse_req_ctx(req);
 
 		if (!fs_caller_is_admin(ctx->uid, ctx->pid)) {

@@ -187,7 +187,7 @@ def test_mount_without_the_word_mount_still_mounts(tmp):
             cleanup_daemon(mnt)
 
 
-COMMANDS = ["mount", "umount", "unmount", "prefetch", "status", "evict", "manifest",
+COMMANDS = ["mount", "umount", "unmount", "prefetch", "status", "evict", "refresh", "manifest",
             "help-config", "version", "help"]
 
 
@@ -256,6 +256,8 @@ def test_one_error_prefix(tmp):
         ["status", src],
         ["evict"],
         ["evict", str(tmp / "missing")],
+        ["refresh"],
+        ["refresh", str(tmp / "missing")],
     ]
     for args in cases:
         msg = fails(args)
