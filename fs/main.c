@@ -65,6 +65,9 @@ static const struct command commands[] = {
      "Listings and attributes under each PATH are re-confirmed with the store at\n"
      "their next use, as SIGHUP to the daemon does for the whole mount.\n"},
     {"manifest", "DIR > DIR/.mcfs-manifest.json", "the listing an http store serves", NULL},
+    {"log-level", "MOUNTPOINT [LEVEL]", "show or set the daemon's log level while mounted",
+     "LEVEL: error, warning, info or debug; without it, the level in force.\n"
+     "Lasts until the daemon exits; log_level sets it at mount.\n"},
     {"help-config", "", "every option, its default and what it allows", NULL},
     {"version", "", "the version", NULL},
     {"help", "[COMMAND]", "this text, or one command's", NULL},
@@ -517,7 +520,7 @@ static void *ready_thread(void *arg)
 	if (r->ready_fd >= 0) {
 		int nul = open("/dev/null", O_RDWR);
 
-		mcfs_log_setup(s->cfg.log_level, true);
+		mcfs_log_setup(mcfs_log_level(), true); /* `mcfs log-level` may have set it */
 		if (nul >= 0) {
 			dup2(nul, STDIN_FILENO);
 			dup2(nul, STDOUT_FILENO);
@@ -540,6 +543,11 @@ static int run_mount(struct fs_session *s, int ready_fd)
 	struct ready_ctx r = {.s = s, .st = &st, .ready_fd = ready_fd};
 	pthread_t tid;
 	int rc;
+
+	/* A foreground daemon's stderr is a log file or a container's: stamp it
+	 * from here on (the command's own checks above read as any command's). */
+	if (ready_fd < 0)
+		mcfs_log_style(strcmp(s->cfg.log_format, "json") == 0, true);
 
 	rc = stopper_start(&st);
 	if (rc == 0)
@@ -615,6 +623,7 @@ static int cmd_mount(int argc, char **argv)
 	if (rc)
 		return rc;
 	mcfs_log_setup(sess.cfg.log_level, false);
+	mcfs_log_style(strcmp(sess.cfg.log_format, "json") == 0, false);
 	rc = fs_mount_check_target(sess.cfg.mountpoint, abs, sizeof(abs));
 	if (rc < 0)
 		return 1;
@@ -735,6 +744,8 @@ int main(int argc, char **argv)
 		return fs_cmd_evict(argc - 1, argv + 1);
 	if (strcmp(cmd, "refresh") == 0)
 		return fs_cmd_refresh(argc - 1, argv + 1);
+	if (strcmp(cmd, "log-level") == 0)
+		return fs_cmd_log_level(argc - 1, argv + 1);
 	if (strcmp(cmd, "help-config") == 0) {
 		printf("mcfs options (-o key=value, or key = value in a config file):\n");
 		cfg_print_keys(stdout);

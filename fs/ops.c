@@ -45,6 +45,12 @@
  * every user of the mount.
  */
 #define XATTR_REFRESH "user.mcfs.refresh"
+/*
+ * The root's (unlisted) user.mcfs.log_level answers the daemon's log level;
+ * user.mcfs.log_level.LEVEL sets it first (`mcfs log-level`). Setting is the
+ * node's admin's, as evict is: debug logs every fetch, for every user.
+ */
+#define XATTR_LOG_LEVEL "user.mcfs.log_level"
 
 static void fs_init(void *userdata, struct fuse_conn_info *conn)
 {
@@ -398,6 +404,26 @@ static int refresh_value(struct fs_session *s, fuse_ino_t ino, char *buf, size_t
 	return snprintf(buf, len, "%zu", fs_inode_refresh(s, path));
 }
 
+/* user.mcfs.log_level[.LEVEL] of the root: sets LEVEL if named; answers the level. */
+static int log_level_value(const char *name, char *buf, size_t len)
+{
+	const char *want = name + strlen(XATTR_LOG_LEVEL);
+	int old = mcfs_log_level(), i;
+
+	if (*want == '.') {
+		i = mcfs_log_level_of(want + 1);
+		if (i < 0)
+			return -EINVAL;
+		/* said at info: before the change when lowering, after it when raising */
+		if (i < old)
+			MCFS_INFO("log level %s (was %s)", want + 1, mcfs_log_level_name(old));
+		mcfs_log_set_level(i);
+		if (i > old)
+			MCFS_INFO("log level %s (was %s)", want + 1, mcfs_log_level_name(old));
+	}
+	return snprintf(buf, len, "%s", mcfs_log_level_name(mcfs_log_level()));
+}
+
 /* Value of one of our xattrs for @ino into buf; returns its length or -ENODATA. */
 static int xattr_value(struct fs_session *s, fuse_ino_t ino, const char *name, char *buf,
 		       size_t len)
@@ -410,6 +436,9 @@ static int xattr_value(struct fs_session *s, fuse_ino_t ino, const char *name, c
 		return fs_stats_xattr(s, buf, len);
 	if (strcmp(name, XATTR_REFRESH) == 0)
 		return refresh_value(s, ino, buf, len);
+	if (ino == FUSE_ROOT_ID && strncmp(name, XATTR_LOG_LEVEL, strlen(XATTR_LOG_LEVEL)) == 0 &&
+	    (name[strlen(XATTR_LOG_LEVEL)] == '\0' || name[strlen(XATTR_LOG_LEVEL)] == '.'))
+		return log_level_value(name, buf, len);
 	if (strcmp(name, XATTR_CACHED) != 0 && strcmp(name, XATTR_VERSION) != 0 &&
 	    strcmp(name, XATTR_EVICT) != 0)
 		return -ENODATA;
@@ -433,7 +462,8 @@ static void fs_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name, size_t
 	int n;
 
 	fs_conn_note_req(fs_sess(req), req); /* is io_uring in use? (fs_conn_check) */
-	if (strcmp(name, XATTR_EVICT) == 0 || strcmp(name, XATTR_REFRESH) == 0) {
+	if (strcmp(name, XATTR_EVICT) == 0 || strcmp(name, XATTR_REFRESH) == 0 ||
+	    strncmp(name, XATTR_LOG_LEVEL ".", strlen(XATTR_LOG_LEVEL) + 1) == 0) {
 		const struct fuse_ctx *ctx = fuse_req_ctx(req);
 
 		if (!fs_caller_is_admin(ctx->uid, ctx->pid)) {

@@ -13,7 +13,9 @@
  *           answers the bytes dropped from each (see ops.c for why a read);
  *   refresh: reads user.mcfs.refresh of each path (file or directory), which
  *           makes the daemon ask the store again about it and everything
- *           below, and answers how many paths it had kept.
+ *           below, and answers how many paths it had kept;
+ *   log-level: reads the root's user.mcfs.log_level (the daemon's level),
+ *           or user.mcfs.log_level.LEVEL, which sets it first.
  */
 #define _GNU_SOURCE
 #include "cli.h"
@@ -320,4 +322,50 @@ int fs_cmd_refresh(int argc, char **argv)
 		       argv[i], buf, strcmp(buf, "1") == 0 ? "" : "s");
 	}
 	return errors ? 1 : 0;
+}
+
+/* ---- log-level ---------------------------------------------------------- */
+
+int fs_cmd_log_level(int argc, char **argv)
+{
+	const char *names[MCFS_LOG_DEBUG + 1], *near;
+	char name[64], buf[32], why[256];
+	ssize_t len;
+	int i;
+
+	if (argc < 2 || argc > 3 || argv[1][0] == '-') {
+		if (argc < 2)
+			MCFS_ERR("log-level needs a MOUNTPOINT");
+		else if (argc > 3)
+			MCFS_ERR("log-level takes MOUNTPOINT and LEVEL: '%s' is one word too many",
+				 argv[3]);
+		else
+			MCFS_ERR("log-level: unknown option '%s'", argv[1]);
+		return fs_cli_usage("log-level");
+	}
+	snprintf(name, sizeof(name), "user.mcfs.log_level");
+	if (argc == 3) {
+		i = mcfs_log_level_of(argv[2]);
+		if (i < 0) {
+			for (i = 0; i <= MCFS_LOG_DEBUG; i++)
+				names[i] = mcfs_log_level_name(i);
+			near = mcfs_nearest(argv[2], names, MCFS_ARRAY_SIZE(names));
+			MCFS_ERR("log-level: '%s' is no level: error, warning, info or debug%s%s%s",
+				 argv[2], near ? " (did you mean '" : "", near ? near : "",
+				 near ? "'?)" : "");
+			return FS_EXIT_USAGE;
+		}
+		snprintf(name, sizeof(name), "user.mcfs.log_level.%s", argv[2]);
+	}
+	len = getxattr(argv[1], name, buf, sizeof(buf) - 1);
+	if (len < 0) {
+		MCFS_ERR("log-level: %s: %s", argv[1],
+			 errno == ENODATA
+			     ? "not the root of an mcfs mount (or its daemon is older)"
+			     : admin_xattr_error("set the log level", errno, why, sizeof(why)));
+		return 1;
+	}
+	buf[len] = '\0';
+	printf("%s: log level %s\n", argv[1], buf);
+	return 0;
 }
