@@ -102,6 +102,7 @@ struct cache_stats {
 	uint64_t fetch_lat[CACHE_LAT_BUCKETS]; /* fetches by latency, non-cumulative */
 	double fetch_lat_sum;		       /* seconds, all fetches */
 	uint64_t ra_window[CACHE_RA_BUCKETS];  /* window sizes seen (log2 buckets) */
+	uint64_t ra_window_sum;		       /* blocks, all windows seen */
 };
 
 /*
