@@ -208,8 +208,9 @@ int cache_confirm(struct cache *c, const char *path, struct cache_attr *a, uint6
 	return c->cfg->offline ? confirm_offline(c, path, rc, a, expires) : rc;
 }
 
-int cache_list(struct cache *c, const char *path, struct cache_dirent **ents, size_t *n,
-	       uint64_t *expires)
+/* cache_list() and cache_relist(): @recorded, LMDB's record may answer if fresh. */
+static int list(struct cache *c, const char *path, bool recorded, struct cache_dirent **ents,
+		size_t *n, uint64_t *expires)
 {
 	struct cache_meta *m = c->meta;
 	struct cache_dirent *old = NULL;
@@ -219,7 +220,7 @@ int cache_list(struct cache *c, const char *path, struct cache_dirent **ents, si
 
 	if (m && cache_meta_get_list(m, path, &old, &nold, &fetched) == 0) {
 		age = age_of(fetched);
-		if (trusted(c, fetched, c->cfg->attr_ttl)) {
+		if (recorded && trusted(c, fetched, c->cfg->attr_ttl)) {
 			*ents = old;
 			*n = nold;
 			*expires = expiry(mono_ago(age), c->cfg->attr_ttl);
@@ -249,6 +250,18 @@ int cache_list(struct cache *c, const char *path, struct cache_dirent **ents, si
 	}
 	free(old);
 	return rc;
+}
+
+int cache_list(struct cache *c, const char *path, struct cache_dirent **ents, size_t *n,
+	       uint64_t *expires)
+{
+	return list(c, path, true, ents, n, expires);
+}
+
+int cache_relist(struct cache *c, const char *path, struct cache_dirent **ents, size_t *n,
+		 uint64_t *expires)
+{
+	return list(c, path, false, ents, n, expires);
 }
 
 uint64_t cache_list_miss_expiry(const struct cache *c, uint64_t list_expires)

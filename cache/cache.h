@@ -210,11 +210,19 @@ bool cache_open_confirms(const struct cache *c);
 bool cache_attr_fresh(uint64_t expires);
 
 /*
+ * As cache_list(), but from the store whatever LMDB holds (offline: LMDB's
+ * record when the store fails), for a listing that fs/ holds and found too
+ * old for a miss: LMDB's record is as old as it.
+ */
+MCFS_MUST_CHECK int cache_relist(struct cache *c, const char *path, struct cache_dirent **ents,
+				 size_t *n, uint64_t *expires);
+
+/*
  * When a name missing from a listing that is fresh until @list_expires (from
  * cache_list()) stops counting as absent: negative_ttl after the listing was
  * learned, or the listing's own expiry if that comes first. Past it, a lookup
- * of a name the listing lacks asks the store, and the directory is listed
- * again, so a file added to a listed directory appears within negative_ttl.
+ * of a name the listing lacks lists the directory again (cache_relist()),
+ * so a file added to a listed directory appears within negative_ttl.
  * Can't fail.
  */
 uint64_t cache_list_miss_expiry(const struct cache *c, uint64_t list_expires);

@@ -200,16 +200,21 @@ static void answer(struct fs_session *s, struct fs_node *n, struct fuse_entry_pa
 		fs_node_settle(s, n); /* held now, or the most recent idle node */
 }
 
-int fs_inode_lookup(struct fs_session *s, fuse_ino_t parent, const char *name,
-		    struct fuse_entry_param *e)
+/*
+ * Answers a lookup of @name in @parent from the table, if what it holds is
+ * fresh: the path's node, or the directory's listing. Returns 1 if @e is
+ * filled, 0 if the cache must be asked (@path filled; *relist: the listing
+ * lacks @name and is too old to say so, negative_ttl, though still trusted
+ * for what it names), or -errno. Takes and drops the lock.
+ */
+static int from_table(struct fs_session *s, fuse_ino_t parent, const char *name, char *path,
+		      size_t len, struct fuse_entry_param *e, bool *relist)
 {
 	struct fs_inodes *t = s->inodes;
-	char path[4096];
 	struct fs_node *p, *n;
-	struct answer ans;
-	int rc = 0;
+	int rc;
 
-	memset(e, 0, sizeof(*e));
+	*relist = false;
 	pthread_mutex_lock(&t->lock);
 	p = fs_node_by_ino(t, parent);
 	if (!p || !p->exists)
@@ -217,18 +222,71 @@ int fs_inode_lookup(struct fs_session *s, fuse_ino_t parent, const char *name,
 	else if (!S_ISDIR(p->attr.mode))
 		rc = -ENOTDIR;
 	else
-		rc = child_path(p->path, name, path, sizeof(path));
+		rc = child_path(p->path, name, path, len);
 	if (rc == 0) {
 		n = fs_node_find(t, path);
 		if ((n && cache_attr_fresh(n->attr_expires)) || (!n && listed_absent(p, name))) {
 			answer(s, n, e);
-			pthread_mutex_unlock(&t->lock);
-			return 0;
+			rc = 1;
+		} else {
+			*relist = !n && p->listing && cache_attr_fresh(p->list_expires) &&
+				  !listed(p, name);
 		}
 	}
 	pthread_mutex_unlock(&t->lock);
+	return rc;
+}
+
+/* The listing of @dir lacks a name the store has: the next listing asks the store. Lock held. */
+static void list_again(struct fs_node *dir)
+{
+	dir->list_expires = 0;
+	dir->list_from_store = true;
+}
+
+/*
+ * Lists directory @ino again, from the store (its node's listing is
+ * replaced). Marked stale first, so a concurrent lookup that finds the same
+ * old listing asks for its name instead of listing too. 0 or -errno.
+ */
+static int relist_dir(struct fs_session *s, fuse_ino_t ino)
+{
+	struct fs_listing *l;
+	struct fs_node *n;
+	int rc;
+
+	pthread_mutex_lock(&s->inodes->lock);
+	n = fs_node_by_ino(s->inodes, ino);
+	if (n)
+		list_again(n);
+	pthread_mutex_unlock(&s->inodes->lock);
+	rc = fs_inode_list(s, ino, &l);
 	if (rc == 0)
-		rc = ask(s, path, false, &ans);
+		fs_listing_put(s, l);
+	return rc;
+}
+
+int fs_inode_lookup(struct fs_session *s, fuse_ino_t parent, const char *name,
+		    struct fuse_entry_param *e)
+{
+	struct fs_inodes *t = s->inodes;
+	char path[4096];
+	struct fs_node *p, *n;
+	struct answer ans;
+	bool relist;
+	int rc;
+
+	memset(e, 0, sizeof(*e));
+	rc = from_table(s, parent, name, path, sizeof(path), e, &relist);
+	/* A miss in a listing older than negative_ttl lists the directory again:
+	 * one request answers this name and the loader's next probes, and readdir
+	 * shows what is new. A lookup that finds the listing being redone (stale
+	 * meanwhile) asks for its name alone. */
+	if (rc == 0 && relist && relist_dir(s, parent) == 0)
+		rc = from_table(s, parent, name, path, sizeof(path), e, &relist);
+	if (rc != 0)
+		return rc < 0 ? rc : 0;
+	rc = ask(s, path, false, &ans);
 	if (rc < 0)
 		return rc;
 	pthread_mutex_lock(&t->lock);
@@ -237,7 +295,7 @@ int fs_inode_lookup(struct fs_session *s, fuse_ino_t parent, const char *name,
 		answer(s, n, e);
 	p = ans.rc == 0 ? fs_node_by_ino(t, parent) : NULL;
 	if (p && p->listing && !listed(p, name))
-		p->list_expires = 0; /* it lacks a name the store has: list it again */
+		list_again(p);
 	pthread_mutex_unlock(&t->lock);
 	return n ? 0 : -ENOMEM;
 }
@@ -453,6 +511,7 @@ int fs_inode_list(struct fs_session *s, fuse_ino_t ino, struct fs_listing **out)
 	struct fs_node *n;
 	size_t cnt = 0;
 	uint64_t expires;
+	bool from_store;
 	int rc;
 
 	pthread_mutex_lock(&t->lock);
@@ -468,9 +527,13 @@ int fs_inode_list(struct fs_session *s, fuse_ino_t ino, struct fs_listing **out)
 		return 0;
 	}
 	snprintf(path, sizeof(path), "%s", n->path);
+	from_store = n->list_from_store;
 	pthread_mutex_unlock(&t->lock);
 
-	rc = cache_list(s->cache, path, &ents, &cnt, &expires); /* store or LMDB */
+	if (from_store)
+		rc = cache_relist(s->cache, path, &ents, &cnt, &expires);
+	else
+		rc = cache_list(s->cache, path, &ents, &cnt, &expires); /* store or LMDB */
 	if (rc < 0)
 		return rc;
 	pthread_mutex_lock(&t->lock);
@@ -482,6 +545,8 @@ int fs_inode_list(struct fs_session *s, fuse_ino_t ino, struct fs_listing **out)
 		n->listing = l;
 		n->list_expires = expires;
 		n->list_miss_expires = cache_list_miss_expiry(s->cache, expires);
+		if (from_store)
+			n->list_from_store = false;
 		l->refs++; /* the node's */
 	}
 	pthread_mutex_unlock(&t->lock);

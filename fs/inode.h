@@ -13,7 +13,9 @@
  * name" answers and directory listings that the cache gave (cache_stat(),
  * cache_list()) until the expiry it gave with them (attr_ttl, negative_ttl:
  * the policy is cache/'s). Lookups in a directory whose listing is fresh are
- * answered from it without asking the cache. Opens are not: each confirms
+ * answered from it without asking the cache; a name it lacks, only while the
+ * listing is younger than negative_ttl (after that the lookup lists the
+ * directory again). Opens are not: each confirms
  * the file's version (cache_confirm()).
  *
  * Lock: inodes->lock guards the table and every node's fields. It is never
@@ -51,7 +53,8 @@ void fs_inodes_free(struct fs_inodes *t);
 /*
  * Looks up @name in directory @parent. On success fills @e (attr, ino,
  * timeouts) and counts one lookup. A missing name gives 0 with e->ino == 0
- * and the negative timeout, so the kernel caches the miss. Errors: -ENOTDIR,
+ * and the negative timeout, so the kernel caches the miss. May list @parent
+ * again (a miss in a listing older than negative_ttl). Errors: -ENOTDIR,
  * -EIO, -ENAMETOOLONG, -EINVAL for a name that would escape the store.
  */
 MCFS_MUST_CHECK int fs_inode_lookup(struct fs_session *s, fuse_ino_t parent, const char *name,

@@ -76,9 +76,13 @@ def test_refresh_of_a_non_mcfs_path_says_so(tmp):
     assert "not on an mcfs mount" in r.stderr, r.stderr
 
 
-def test_miss_in_listing_older_than_negative_ttl_relists(tree):
-    with mcfs_mount(str(tree / "src"), str(tree / "mnt"),
-                    opts=["attr_ttl=3600", "negative_ttl=1"]) as m:
+@pytest.mark.parametrize("cache_dir", [False, True], ids=["ram", "cache_dir"])
+def test_miss_in_listing_older_than_negative_ttl_relists(tree, cache_dir):
+    """With cache_dir, LMDB's record of the listing is as old as the one in
+    memory: the re-list must go to the store, not to it."""
+    opts = ["attr_ttl=3600", "negative_ttl=1"]
+    opts += ["cache_dir=%s" % (tree / "cache")] if cache_dir else []
+    with mcfs_mount(str(tree / "src"), str(tree / "mnt"), opts=opts) as m:
         assert sorted(os.listdir(m.p("d"))) == ["old"]
         assert not os.path.exists(m.p("d", "new"))  # a miss, kept by the kernel too
         (tree / "src" / "d" / "new").write_bytes(b"new bytes")
