@@ -66,6 +66,15 @@ static bool young(int64_t age, double ttl)
 	return age >= 0 && (double)age < ttl * 1e9;
 }
 
+/* True if a record fetched at wall time @fetched may be served for @ttl
+ * seconds: young, and not older than the last cache_distrust(). */
+static bool trusted(const struct cache *c, int64_t fetched, double ttl)
+{
+	int64_t before = atomic_load_explicit(&c->distrust_before, memory_order_relaxed);
+
+	return fetched >= before && young(age_of(fetched), ttl);
+}
+
 /* The monotonic time @age ns ago (clamped at 1: 0 means "never"). */
 static uint64_t mono_ago(int64_t age)
 {
@@ -127,7 +136,7 @@ int cache_stat(struct cache *c, const char *path, struct cache_attr *a, uint64_t
 	if (m && cache_meta_get_attr(m, path, &old, &exists, &fetched) == 0) {
 		have_old = true;
 		age = age_of(fetched);
-		if (young(age, ttl_of(c, exists))) {
+		if (trusted(c, fetched, ttl_of(c, exists))) {
 			*a = old;
 			*expires = expiry(mono_ago(age), ttl_of(c, exists));
 			return exists ? 0 : -ENOENT;
@@ -199,8 +208,9 @@ int cache_confirm(struct cache *c, const char *path, struct cache_attr *a, uint6
 	return c->cfg->offline ? confirm_offline(c, path, rc, a, expires) : rc;
 }
 
-int cache_list(struct cache *c, const char *path, struct cache_dirent **ents, size_t *n,
-	       uint64_t *expires)
+/* cache_list() and cache_relist(): @recorded, LMDB's record may answer if fresh. */
+static int list(struct cache *c, const char *path, bool recorded, struct cache_dirent **ents,
+		size_t *n, uint64_t *expires)
 {
 	struct cache_meta *m = c->meta;
 	struct cache_dirent *old = NULL;
@@ -210,7 +220,7 @@ int cache_list(struct cache *c, const char *path, struct cache_dirent **ents, si
 
 	if (m && cache_meta_get_list(m, path, &old, &nold, &fetched) == 0) {
 		age = age_of(fetched);
-		if (young(age, c->cfg->attr_ttl)) {
+		if (recorded && trusted(c, fetched, c->cfg->attr_ttl)) {
 			*ents = old;
 			*n = nold;
 			*expires = expiry(mono_ago(age), c->cfg->attr_ttl);
@@ -240,6 +250,34 @@ int cache_list(struct cache *c, const char *path, struct cache_dirent **ents, si
 	}
 	free(old);
 	return rc;
+}
+
+int cache_list(struct cache *c, const char *path, struct cache_dirent **ents, size_t *n,
+	       uint64_t *expires)
+{
+	return list(c, path, true, ents, n, expires);
+}
+
+int cache_relist(struct cache *c, const char *path, struct cache_dirent **ents, size_t *n,
+		 uint64_t *expires)
+{
+	return list(c, path, false, ents, n, expires);
+}
+
+uint64_t cache_list_miss_expiry(const struct cache *c, uint64_t list_expires)
+{
+	double ttl = c->cfg->attr_ttl, neg = c->cfg->negative_ttl;
+	uint64_t ns;
+
+	if (neg >= ttl || list_expires == UINT64_MAX)
+		return list_expires; /* a miss is trusted as long as the listing */
+	ns = (uint64_t)((ttl - neg) * 1e9);
+	return list_expires > ns ? list_expires - ns : 0;
+}
+
+void cache_distrust(struct cache *c)
+{
+	atomic_store_explicit(&c->distrust_before, cache_meta_now(), memory_order_relaxed);
 }
 
 void cache_forget_attr(struct cache *c, const char *path)

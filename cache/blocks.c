@@ -793,6 +793,7 @@ void cache_note_window(struct cache *c, unsigned window)
 		i++;
 	pthread_mutex_lock(&c->lock);
 	c->st.ra_window[i]++;
+	c->st.ra_window_sum += window;
 	pthread_mutex_unlock(&c->lock);
 }
 

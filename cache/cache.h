@@ -102,6 +102,7 @@ struct cache_stats {
 	uint64_t fetch_lat[CACHE_LAT_BUCKETS]; /* fetches by latency, non-cumulative */
 	double fetch_lat_sum;		       /* seconds, all fetches */
 	uint64_t ra_window[CACHE_RA_BUCKETS];  /* window sizes seen (log2 buckets) */
+	uint64_t ra_window_sum;		       /* blocks, all windows seen */
 };
 
 /*
@@ -207,6 +208,34 @@ bool cache_open_confirms(const struct cache *c);
 
 /* True while an answer that expires at @expires is fresh (0: never). Can't fail. */
 bool cache_attr_fresh(uint64_t expires);
+
+/*
+ * As cache_list(), but from the store whatever LMDB holds (offline: LMDB's
+ * record when the store fails), for a listing that fs/ holds and found too
+ * old for a miss: LMDB's record is as old as it.
+ */
+MCFS_MUST_CHECK int cache_relist(struct cache *c, const char *path, struct cache_dirent **ents,
+				 size_t *n, uint64_t *expires);
+
+/*
+ * When a name missing from a listing that is fresh until @list_expires (from
+ * cache_list()) stops counting as absent: negative_ttl after the listing was
+ * learned, or the listing's own expiry if that comes first. Past it, a lookup
+ * of a name the listing lacks lists the directory again (cache_relist()),
+ * so a file added to a listed directory appears within negative_ttl.
+ * Can't fail.
+ */
+uint64_t cache_list_miss_expiry(const struct cache *c, uint64_t list_expires);
+
+/*
+ * Re-confirmation (SIGHUP, `mcfs refresh`): every answer recorded under
+ * cache_dir until now is stale, whatever its age, so the next cache_stat()
+ * or cache_list() of any path asks the store. Records are kept by path, not
+ * by tree, so a refresh of one subtree distrusts them all; the answers that
+ * fs/ keeps in memory for other paths stay, and read LMDB only once stale.
+ * Can't fail.
+ */
+void cache_distrust(struct cache *c);
 
 /*
  * Forgets the recorded attributes of @path (a read found that the file

@@ -125,6 +125,9 @@ struct cache {
 	 * unconfirmed versions (once per mount) */
 	atomic_uint_fast64_t open_checks, offline_opens;
 	atomic_bool offline_said;
+	/* Wall time (cache_meta_now()) of the last cache_distrust(): answers
+	 * recorded in LMDB before it are stale whatever their age. 0: none. */
+	atomic_int_fast64_t distrust_before;
 
 	pthread_t prefault; /* ram_prefault: faults the region in, then ends */
 	bool prefault_started;

@@ -46,8 +46,27 @@ enum mcfs_log_level {
  */
 void mcfs_log_setup(int level, bool use_syslog);
 
+/*
+ * The shape of lines on stderr (log.c shows them): @json, one JSON object per
+ * line (time, level, pid, msg); else text, which @stamped starts with the
+ * time (RFC 3339, UTC, milliseconds). Whatever the shape, a line to journald's
+ * stream (JOURNAL_STREAM) starts with its syslog priority ("<3>"), and a
+ * text line to it carries no time (journald stamps it). Syslog gets the
+ * message only. The default: text, unstamped. Can't fail.
+ */
+void mcfs_log_style(bool json, bool stamped);
+
+/* Lines above @level are dropped from now on; any thread. Can't fail. */
+void mcfs_log_set_level(int level);
+
 /* Current level, for callers that want to skip building an expensive message. */
 int mcfs_log_level(void);
+
+/* "error", "warning", "info" or "debug" for a MCFS_LOG_* level; "?" for another. */
+const char *mcfs_log_level_name(int level);
+
+/* The MCFS_LOG_* level named @name (as mcfs_log_level_name() spells it), or -1. */
+int mcfs_log_level_of(const char *name);
 
 /* printf-style; appends the newline. Thread safe (one write per line). */
 void mcfs_log(int level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));

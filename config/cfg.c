@@ -64,6 +64,11 @@ static int check_open_check(const char *v)
 	return strcmp(v, "always") == 0 || strcmp(v, "ttl") == 0 ? 0 : -EINVAL;
 }
 
+static int check_log_format(const char *v)
+{
+	return strcmp(v, "text") == 0 || strcmp(v, "json") == 0 ? 0 : -EINVAL;
+}
+
 /* "" (off) or s3://bucket[/prefix]: the shared block cache's place. */
 static int check_shared_cache(const char *v)
 {
@@ -141,7 +146,7 @@ static const struct key keys[] = {
      "seconds, 0 or more; how long attributes and listings are trusted (stat, ls; opens: "
      "see open_check)"},
     {"negative_ttl", KEY_DOUBLE, F(negative_ttl), 0, 1e9, NULL,
-     "seconds, 0 or more; how long a missing name stays missing"},
+     "seconds, 0 or more; how long a missing name stays missing, also in a listing"},
     {"open_check", KEY_STR, F(open_check), 0, 0, check_open_check,
      "always or ttl; always: every open confirms the file's version with the store "
      "(close-to-open); ttl: an open trusts attributes younger than attr_ttl"},
@@ -244,7 +249,10 @@ static const struct key keys[] = {
      "use the same"},
     {"metrics", KEY_STR, F(metrics), 0, 0, check_hostport,
      "host:port for Prometheus metrics, e.g. 127.0.0.1:9464 (empty = off)"},
-    {"log_level", KEY_LEVEL, F(log_level), 0, 0, NULL, "error, warning, info or debug"},
+    {"log_level", KEY_LEVEL, F(log_level), 0, 0, NULL,
+     "error, warning, info or debug; `mcfs log-level` changes it while mounted"},
+    {"log_format", KEY_STR, F(log_format), 0, 0, check_log_format,
+     "text or json; json: one object per line on stderr (time, level, pid, msg)"},
 };
 
 _Static_assert(MCFS_ARRAY_SIZE(keys) <= CFG_KEYS_MAX, "struct cfg's raw[] needs a row per key");
@@ -332,6 +340,7 @@ void cfg_init(struct cfg *c)
 	c->shared_wait = 10;
 	c->shared_run = 256 * MiB; /* a lease's requests and pause, per 32 blocks of 8 MiB */
 	c->log_level = MCFS_LOG_INFO;
+	snprintf(c->log_format, sizeof(c->log_format), "text");
 }
 
 void cfg_set_source(struct cfg *c, const char *source)

@@ -100,8 +100,9 @@ struct cfg {
 	uint64_t shared_run;		   /* bytes of a file one lease covers */
 
 	/* Operations. */
-	char metrics[128]; /* host:port for Prometheus text; empty = off */
-	int log_level;	   /* MCFS_LOG_* */
+	char metrics[128];  /* host:port for Prometheus text; empty = off */
+	int log_level;	    /* MCFS_LOG_* */
+	char log_format[8]; /* "text" or "json": the shape of lines on stderr */
 
 	/*
 	 * What the user typed for each number, size, bool or level key (-o or

@@ -16,9 +16,11 @@ build_pkgs=(build-essential cmake pkg-config fuse3 libfuse3-dev libcurl4-openssl
 # Debian's fuse3 source; libnuma-dev for its io_uring code (and for the
 # Requires.private of its fuse3.pc when mcfs is built against it).
 [ "${MCFS_LIBFUSE_BUILD:-auto}" = no ] || build_pkgs+=(dpkg-dev meson ninja-build libnuma-dev)
+# prometheus: its promtool checks deploy/prometheus and deploy/grafana
+# (tests/test_alert_rules.py); the server itself is not run.
 test_pkgs=(python3-pip nginx-light curl attr lmdb-utils procps psmisc
 	swift swift-proxy swift-account swift-container swift-object memcached
-	systemd clang-format)
+	systemd clang-format prometheus)
 
 pkgs=("${build_pkgs[@]}")
 [ "$what" = test ] && pkgs+=("${test_pkgs[@]}")

@@ -35,5 +35,8 @@ int fs_cmd_prefetch(int argc, char **argv);
 /* `mcfs status MOUNTPOINT` and `mcfs evict PATH...` (fs/status.c) */
 int fs_cmd_status(int argc, char **argv);
 int fs_cmd_evict(int argc, char **argv);
+/* `mcfs refresh PATH...` and `mcfs log-level MOUNTPOINT [LEVEL]` (fs/status.c) */
+int fs_cmd_refresh(int argc, char **argv);
+int fs_cmd_log_level(int argc, char **argv);
 
 #endif

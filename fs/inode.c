@@ -153,17 +153,30 @@ static int child_path(const char *dir, const char *name, char *buf, size_t len)
 	return n < (int)len ? 0 : -ENAMETOOLONG;
 }
 
-/* True if the fresh listing of @dir says @name is absent. Lock held. */
+/* True if the fresh listing of @dir says @name is absent: a miss is trusted
+ * for negative_ttl of the listing's age (cache_list_miss_expiry()). Lock held. */
 static bool listed_absent(struct fs_node *dir, const char *name)
 {
 	size_t i;
 
-	if (!dir->listing || !cache_attr_fresh(dir->list_expires))
+	if (!dir->listing || !cache_attr_fresh(dir->list_expires) ||
+	    !cache_attr_fresh(dir->list_miss_expires))
 		return false;
 	for (i = 0; i < dir->listing->n; i++)
 		if (strcmp(dir->listing->ents[i].name, name) == 0)
 			return false;
 	return true;
+}
+
+/* True if the listing of @dir (fresh or not) names @name. Lock held. */
+static bool listed(struct fs_node *dir, const char *name)
+{
+	size_t i;
+
+	for (i = 0; i < dir->listing->n; i++)
+		if (strcmp(dir->listing->ents[i].name, name) == 0)
+			return true;
+	return false;
 }
 
 /*
@@ -187,16 +200,21 @@ static void answer(struct fs_session *s, struct fs_node *n, struct fuse_entry_pa
 		fs_node_settle(s, n); /* held now, or the most recent idle node */
 }
 
-int fs_inode_lookup(struct fs_session *s, fuse_ino_t parent, const char *name,
-		    struct fuse_entry_param *e)
+/*
+ * Answers a lookup of @name in @parent from the table, if what it holds is
+ * fresh: the path's node, or the directory's listing. Returns 1 if @e is
+ * filled, 0 if the cache must be asked (@path filled; *relist: the listing
+ * lacks @name and is too old to say so, negative_ttl, though still trusted
+ * for what it names), or -errno. Takes and drops the lock.
+ */
+static int from_table(struct fs_session *s, fuse_ino_t parent, const char *name, char *path,
+		      size_t len, struct fuse_entry_param *e, bool *relist)
 {
 	struct fs_inodes *t = s->inodes;
-	char path[4096];
 	struct fs_node *p, *n;
-	struct answer ans;
-	int rc = 0;
+	int rc;
 
-	memset(e, 0, sizeof(*e));
+	*relist = false;
 	pthread_mutex_lock(&t->lock);
 	p = fs_node_by_ino(t, parent);
 	if (!p || !p->exists)
@@ -204,24 +222,80 @@ int fs_inode_lookup(struct fs_session *s, fuse_ino_t parent, const char *name,
 	else if (!S_ISDIR(p->attr.mode))
 		rc = -ENOTDIR;
 	else
-		rc = child_path(p->path, name, path, sizeof(path));
+		rc = child_path(p->path, name, path, len);
 	if (rc == 0) {
 		n = fs_node_find(t, path);
 		if ((n && cache_attr_fresh(n->attr_expires)) || (!n && listed_absent(p, name))) {
 			answer(s, n, e);
-			pthread_mutex_unlock(&t->lock);
-			return 0;
+			rc = 1;
+		} else {
+			*relist = !n && p->listing && cache_attr_fresh(p->list_expires) &&
+				  !listed(p, name);
 		}
 	}
 	pthread_mutex_unlock(&t->lock);
+	return rc;
+}
+
+/* The listing of @dir lacks a name the store has: the next listing asks the store. Lock held. */
+static void list_again(struct fs_node *dir)
+{
+	dir->list_expires = 0;
+	dir->list_from_store = true;
+}
+
+/*
+ * Lists directory @ino again, from the store (its node's listing is
+ * replaced). Marked stale first, so a concurrent lookup that finds the same
+ * old listing asks for its name instead of listing too. 0 or -errno.
+ */
+static int relist_dir(struct fs_session *s, fuse_ino_t ino)
+{
+	struct fs_listing *l;
+	struct fs_node *n;
+	int rc;
+
+	pthread_mutex_lock(&s->inodes->lock);
+	n = fs_node_by_ino(s->inodes, ino);
+	if (n)
+		list_again(n);
+	pthread_mutex_unlock(&s->inodes->lock);
+	rc = fs_inode_list(s, ino, &l);
 	if (rc == 0)
-		rc = ask(s, path, false, &ans);
+		fs_listing_put(s, l);
+	return rc;
+}
+
+int fs_inode_lookup(struct fs_session *s, fuse_ino_t parent, const char *name,
+		    struct fuse_entry_param *e)
+{
+	struct fs_inodes *t = s->inodes;
+	char path[4096];
+	struct fs_node *p, *n;
+	struct answer ans;
+	bool relist;
+	int rc;
+
+	memset(e, 0, sizeof(*e));
+	rc = from_table(s, parent, name, path, sizeof(path), e, &relist);
+	/* A miss in a listing older than negative_ttl lists the directory again:
+	 * one request answers this name and the loader's next probes, and readdir
+	 * shows what is new. A lookup that finds the listing being redone (stale
+	 * meanwhile) asks for its name alone. */
+	if (rc == 0 && relist && relist_dir(s, parent) == 0)
+		rc = from_table(s, parent, name, path, sizeof(path), e, &relist);
+	if (rc != 0)
+		return rc < 0 ? rc : 0;
+	rc = ask(s, path, false, &ans);
 	if (rc < 0)
 		return rc;
 	pthread_mutex_lock(&t->lock);
 	n = record(s, path, &ans);
 	if (n) /* the store's answer, even with a zero ttl */
 		answer(s, n, e);
+	p = ans.rc == 0 ? fs_node_by_ino(t, parent) : NULL;
+	if (p && p->listing && !listed(p, name))
+		list_again(p);
 	pthread_mutex_unlock(&t->lock);
 	return n ? 0 : -ENOMEM;
 }
@@ -437,6 +511,7 @@ int fs_inode_list(struct fs_session *s, fuse_ino_t ino, struct fs_listing **out)
 	struct fs_node *n;
 	size_t cnt = 0;
 	uint64_t expires;
+	bool from_store;
 	int rc;
 
 	pthread_mutex_lock(&t->lock);
@@ -452,9 +527,13 @@ int fs_inode_list(struct fs_session *s, fuse_ino_t ino, struct fs_listing **out)
 		return 0;
 	}
 	snprintf(path, sizeof(path), "%s", n->path);
+	from_store = n->list_from_store;
 	pthread_mutex_unlock(&t->lock);
 
-	rc = cache_list(s->cache, path, &ents, &cnt, &expires); /* store or LMDB */
+	if (from_store)
+		rc = cache_relist(s->cache, path, &ents, &cnt, &expires);
+	else
+		rc = cache_list(s->cache, path, &ents, &cnt, &expires); /* store or LMDB */
 	if (rc < 0)
 		return rc;
 	pthread_mutex_lock(&t->lock);
@@ -465,6 +544,9 @@ int fs_inode_list(struct fs_session *s, fuse_ino_t ino, struct fs_listing **out)
 		fs_listing_unref(n->listing);
 		n->listing = l;
 		n->list_expires = expires;
+		n->list_miss_expires = cache_list_miss_expiry(s->cache, expires);
+		if (from_store)
+			n->list_from_store = false;
 		l->refs++; /* the node's */
 	}
 	pthread_mutex_unlock(&t->lock);
@@ -472,6 +554,67 @@ int fs_inode_list(struct fs_session *s, fuse_ino_t ino, struct fs_listing **out)
 		return -ENOMEM;
 	*out = l;
 	return 0;
+}
+
+/* True if @path is @prefix or below it ("" is the root: everything). */
+static bool under(const char *path, const char *prefix)
+{
+	size_t k = strlen(prefix);
+
+	return k == 0 || (strncmp(path, prefix, k) == 0 && (path[k] == '\0' || path[k] == '/'));
+}
+
+/*
+ * Marks stale every answer kept about @prefix and below; copies the inode
+ * numbers the kernel holds among them into a new array (caller frees with
+ * free()), in *inos. Returns how many nodes it marked. Lock held.
+ */
+static size_t mark_stale(struct fs_inodes *t, const char *prefix, fuse_ino_t **inos, size_t *ninos)
+{
+	size_t i, marked = 0, cap = 0;
+	struct fs_node *n;
+	fuse_ino_t *a = NULL, *grown;
+
+	*ninos = 0;
+	for (i = 0; i < t->nbuckets; i++) {
+		for (n = t->buckets[i]; n; n = n->hnext) {
+			if (!under(n->path, prefix))
+				continue;
+			n->attr_expires = 0;
+			n->list_expires = 0;
+			marked++;
+			if (!n->ino || n->nlookup == 0)
+				continue;
+			if (*ninos == cap) {
+				cap = cap ? 2 * cap : 64;
+				grown = realloc(a, cap * sizeof(*a));
+				if (!grown)
+					continue; /* the kernel's copy then lasts its attr_ttl */
+				a = grown;
+			}
+			a[(*ninos)++] = n->ino;
+		}
+	}
+	*inos = a;
+	return marked;
+}
+
+size_t fs_inode_refresh(struct fs_session *s, const char *prefix)
+{
+	fuse_ino_t *inos;
+	size_t marked, n, i;
+
+	cache_distrust(s->cache); /* first: a stale node must not find LMDB's copy fresh */
+	pthread_mutex_lock(&s->inodes->lock);
+	marked = mark_stale(s->inodes, prefix, &inos, &n);
+	pthread_mutex_unlock(&s->inodes->lock);
+	/* The kernel keeps attributes for attr_ttl too: drop them (attributes
+	 * only, offset -1: the page cache is the open's business). -ENOENT is an
+	 * inode it forgot meanwhile. */
+	for (i = 0; s->se && i < n; i++)
+		(void)fuse_lowlevel_notify_inval_inode(s->se, inos[i], -1, 0);
+	free(inos);
+	return marked;
 }
 
 void fs_listing_put(struct fs_session *s, struct fs_listing *l)

@@ -13,7 +13,9 @@
  * name" answers and directory listings that the cache gave (cache_stat(),
  * cache_list()) until the expiry it gave with them (attr_ttl, negative_ttl:
  * the policy is cache/'s). Lookups in a directory whose listing is fresh are
- * answered from it without asking the cache. Opens are not: each confirms
+ * answered from it without asking the cache; a name it lacks, only while the
+ * listing is younger than negative_ttl (after that the lookup lists the
+ * directory again). Opens are not: each confirms
  * the file's version (cache_confirm()).
  *
  * Lock: inodes->lock guards the table and every node's fields. It is never
@@ -51,11 +53,27 @@ void fs_inodes_free(struct fs_inodes *t);
 /*
  * Looks up @name in directory @parent. On success fills @e (attr, ino,
  * timeouts) and counts one lookup. A missing name gives 0 with e->ino == 0
- * and the negative timeout, so the kernel caches the miss. Errors: -ENOTDIR,
+ * and the negative timeout, so the kernel caches the miss. May list @parent
+ * again (a miss in a listing older than negative_ttl). Errors: -ENOTDIR,
  * -EIO, -ENAMETOOLONG, -EINVAL for a name that would escape the store.
  */
 MCFS_MUST_CHECK int fs_inode_lookup(struct fs_session *s, fuse_ino_t parent, const char *name,
 				    struct fuse_entry_param *e);
+
+/*
+ * Re-confirmation (SIGHUP, `mcfs refresh`): drops the trust in every
+ * attribute, "no such name" and listing kept for store path @prefix and the
+ * paths below it ("" for all), here, in the kernel (its attributes, for the
+ * inodes it holds) and in cache_dir (cache_distrust()), so that the next
+ * lookup, stat or readdir of each asks the store. The kernel's dentries stay
+ * until their entry_timeout: a name it holds is looked up again then, and a
+ * name it was told is missing, after negative_ttl. Returns how many paths
+ * were marked. No lock held. Any thread, a request's included: an
+ * attributes-only invalidation never blocks (no writeback cache). Can't fail:
+ * a notification the kernel refuses leaves that inode's attributes to
+ * attr_ttl.
+ */
+size_t fs_inode_refresh(struct fs_session *s, const char *prefix);
 
 /* Drops @n lookups of @ino. A node nothing holds any more becomes idle (kept
  * among the most recently used, see inode_table.c), or is freed if it was

@@ -28,6 +28,10 @@ struct fs_node {
 	uint64_t nlookup;	    /* kernel references (lookups minus forgets) */
 	struct fs_listing *listing; /* directories: last listing, or NULL */
 	uint64_t list_expires;	    /* listing is fresh until then */
+	uint64_t list_miss_expires; /* a name it lacks is absent until then (negative_ttl) */
+	/* The listing lacked a name the store has: the next one asks the store,
+	 * not LMDB, whose record is as old as the listing found wanting. */
+	bool list_from_store;
 	/* The kernel's page cache of this inode holds pages of open_version only:
 	 * an open of another version while pc_opens > 0 retires the node. */
 	char open_version[CACHE_VERSION_MAX]; /* version of the page-cache opens */

@@ -61,7 +61,13 @@ static const struct command commands[] = {
     {"prefetch", "[-q] PATH...", "warm files or trees into the cache", "  -q  no progress bar\n"},
     {"status", "MOUNTPOINT", "cache tiers, hit ratios, fetches", NULL},
     {"evict", "PATH...", "drop files (or trees) from the cache", NULL},
+    {"refresh", "PATH...", "ask the store again about trees (new files appear)",
+     "Listings and attributes under each PATH are re-confirmed with the store at\n"
+     "their next use, as SIGHUP to the daemon does for the whole mount.\n"},
     {"manifest", "DIR > DIR/.mcfs-manifest.json", "the listing an http store serves", NULL},
+    {"log-level", "MOUNTPOINT [LEVEL]", "show or set the daemon's log level while mounted",
+     "LEVEL: error, warning, info or debug; without it, the level in force.\n"
+     "Lasts until the daemon exits; log_level sets it at mount.\n"},
     {"help-config", "", "every option, its default and what it allows", NULL},
     {"version", "", "the version", NULL},
     {"help", "[COMMAND]", "this text, or one command's", NULL},
@@ -299,6 +305,7 @@ static int setup(struct fs_session *s)
  * EINTR) until the loop has returned.
  */
 struct stopper {
+	struct fs_session *s; /* for SIGHUP's refresh, once se is set */
 	pthread_t main, tid;
 	pthread_mutex_t lock;
 	struct fuse_session *se; /* set once the loop may run; under lock */
@@ -332,6 +339,27 @@ static void stop_request(struct stopper *st)
 	pthread_kill(st->tid, SIGUSR1); /* out of sigtimedwait(), to start kicking */
 }
 
+/*
+ * SIGHUP: re-confirm every listing and attribute (fs_inode_refresh()), as
+ * operators expect of a daemon; it never unmounts. Runs in the signal thread,
+ * not in a handler; the session is whole from the moment se is set until
+ * stopper_stop() has joined this thread.
+ */
+static void refresh_all(struct stopper *st)
+{
+	bool serving;
+
+	pthread_mutex_lock(&st->lock);
+	serving = st->se != NULL;
+	pthread_mutex_unlock(&st->lock);
+	if (!serving) {
+		MCFS_INFO("SIGHUP during start-up: nothing to re-confirm yet");
+		return;
+	}
+	MCFS_INFO("SIGHUP: %zu paths' listings and attributes will be asked of the store again",
+		  fs_inode_refresh(st->s, ""));
+}
+
 static void *stop_thread(void *arg)
 {
 	const struct timespec kick_every = {.tv_nsec = 50 * 1000 * 1000};
@@ -345,7 +373,9 @@ static void *stop_thread(void *arg)
 		if (!atomic_load(&st->requested)) {
 			int sig = sigtimedwait(&set, &si, NULL);
 
-			if (sig > 0) {
+			if (sig == SIGHUP) {
+				refresh_all(st);
+			} else if (sig > 0) {
 				MCFS_INFO("%s: unmounting", strsignal(sig));
 				stop_request(st);
 			}
@@ -490,7 +520,7 @@ static void *ready_thread(void *arg)
 	if (r->ready_fd >= 0) {
 		int nul = open("/dev/null", O_RDWR);
 
-		mcfs_log_setup(s->cfg.log_level, true);
+		mcfs_log_setup(mcfs_log_level(), true); /* `mcfs log-level` may have set it */
 		if (nul >= 0) {
 			dup2(nul, STDIN_FILENO);
 			dup2(nul, STDOUT_FILENO);
@@ -509,10 +539,15 @@ static void *ready_thread(void *arg)
 static int run_mount(struct fs_session *s, int ready_fd)
 {
 	struct fs_metrics *metrics = NULL;
-	struct stopper st = {0};
+	struct stopper st = {.s = s};
 	struct ready_ctx r = {.s = s, .st = &st, .ready_fd = ready_fd};
 	pthread_t tid;
 	int rc;
+
+	/* A foreground daemon's stderr is a log file or a container's: stamp it
+	 * from here on (the command's own checks above read as any command's). */
+	if (ready_fd < 0)
+		mcfs_log_style(strcmp(s->cfg.log_format, "json") == 0, true);
 
 	rc = stopper_start(&st);
 	if (rc == 0)
@@ -588,6 +623,7 @@ static int cmd_mount(int argc, char **argv)
 	if (rc)
 		return rc;
 	mcfs_log_setup(sess.cfg.log_level, false);
+	mcfs_log_style(strcmp(sess.cfg.log_format, "json") == 0, false);
 	rc = fs_mount_check_target(sess.cfg.mountpoint, abs, sizeof(abs));
 	if (rc < 0)
 		return 1;
@@ -706,6 +742,10 @@ int main(int argc, char **argv)
 		return fs_cmd_status(argc - 1, argv + 1);
 	if (strcmp(cmd, "evict") == 0)
 		return fs_cmd_evict(argc - 1, argv + 1);
+	if (strcmp(cmd, "refresh") == 0)
+		return fs_cmd_refresh(argc - 1, argv + 1);
+	if (strcmp(cmd, "log-level") == 0)
+		return fs_cmd_log_level(argc - 1, argv + 1);
 	if (strcmp(cmd, "help-config") == 0) {
 		printf("mcfs options (-o key=value, or key = value in a config file):\n");
 		cfg_print_keys(stdout);

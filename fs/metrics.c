@@ -9,7 +9,8 @@
  * stream that the response then owns; the exporter keeps no state between
  * scrapes. The plain counters and gauges are the counter table's
  * (cache/counters.h, rendered by fs_stats_prom()); here are only the
- * families worked out from several of them, and the histograms.
+ * families worked out from several of them, the histograms (each with its
+ * _sum and _count), and the standard process_* families from /proc.
  *
  * What it refuses to do: serve anything but GET/HEAD /metrics, expose the
  * source URL (it may carry credentials) or any configuration string.
@@ -21,6 +22,7 @@
 #define _GNU_SOURCE
 #include "metrics.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <inttypes.h>
 #include <microhttpd.h>
@@ -29,7 +31,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
+#include <unistd.h>
 
 #include "cache.h"
 #include "fs_int.h"
@@ -55,6 +59,82 @@ struct fs_metrics {
 static void head(FILE *fp, const char *name, const char *type, const char *help)
 {
 	fprintf(fp, "# HELP mcfs_%s %s\n# TYPE mcfs_%s %s\n", name, help, name, type);
+}
+
+/* The same for a family of Prometheus' own names (process_*): no prefix. */
+static void std_head(FILE *fp, const char *name, const char *type, const char *help)
+{
+	fprintf(fp, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
+}
+
+/* What render_proc() takes from /proc/self/stat (proc(5) numbers the fields). */
+struct proc_stat {
+	unsigned long long utime, stime; /* fields 14, 15: clock ticks */
+	unsigned long long starttime;	 /* field 22: clock ticks after boot */
+	unsigned long long vsize;	 /* field 23: bytes */
+	long long rss;			 /* field 24: pages */
+};
+
+/*
+ * Parses /proc/self/stat. The command name (field 2) is in parentheses and may
+ * hold spaces and ')' itself, so the fields are counted from its last ')'.
+ * Returns 0, or -EIO when the file cannot be read or parsed.
+ */
+static int proc_self_stat(struct proc_stat *ps)
+{
+	char buf[1024];
+	const char *p;
+	FILE *fp = fopen("/proc/self/stat", "re");
+	size_t n;
+
+	if (!fp)
+		return -EIO;
+	n = fread(buf, 1, sizeof(buf) - 1, fp);
+	fclose(fp);
+	buf[n] = '\0';
+	p = strrchr(buf, ')');
+	/* after ')': field 3 (state) onwards; skip 3..13, read 14, 15, skip 16..21 */
+	if (!p || sscanf(p + 1,
+			 " %*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu %*d %*d %*d %*d "
+			 "%*d %*d %llu %llu %lld",
+			 &ps->utime, &ps->stime, &ps->starttime, &ps->vsize, &ps->rss) != 5)
+		return -EIO;
+	return 0;
+}
+
+/* The boot time in seconds since the epoch, from /proc/stat's btime line. */
+static int boot_time(double *out)
+{
+	char line[256];
+	unsigned long long bt;
+	FILE *fp = fopen("/proc/stat", "re");
+	int rc = -EIO;
+
+	if (!fp)
+		return -EIO;
+	while (rc < 0 && fgets(line, sizeof(line), fp))
+		if (sscanf(line, "btime %llu", &bt) == 1)
+			rc = 0;
+	fclose(fp);
+	if (rc == 0)
+		*out = (double)bt;
+	return rc;
+}
+
+/* Open descriptors: the entries of /proc/self/fd, less the one reading it. */
+static int count_fds(void)
+{
+	DIR *d = opendir("/proc/self/fd");
+	struct dirent *e;
+	int n = 0;
+
+	if (!d)
+		return -1;
+	while ((e = readdir(d)) != NULL)
+		if (e->d_name[0] != '.')
+			n++;
+	closedir(d);
+	return n - 1;
 }
 
 /* Counters read without a common lock may be momentarily inconsistent. */
@@ -121,7 +201,6 @@ static void render_fetch_latency(FILE *fp, const struct cache_stats *st)
 /*
  * Bucket i of ra_window counts windows of at most 2^i blocks (and more than
  * 2^(i-1)), as cache_note_window() files them; the last bucket takes the rest.
- * cache_stats has no sum of window sizes, so the family has no _sum line.
  */
 static void render_readahead(FILE *fp, const struct cache_stats *st)
 {
@@ -139,7 +218,55 @@ static void render_readahead(FILE *fp, const struct cache_stats *st)
 			fprintf(fp, "mcfs_readahead_window_blocks_bucket{le=\"%llu\"} %llu\n",
 				1ull << i, (unsigned long long)cum);
 	}
+	fprintf(fp, "mcfs_readahead_window_blocks_sum %llu\n",
+		(unsigned long long)st->ra_window_sum);
 	fprintf(fp, "mcfs_readahead_window_blocks_count %llu\n", (unsigned long long)cum);
+}
+
+/*
+ * The standard process collector's families, with its names (no mcfs_
+ * prefix) and meanings, so the dashboards and alerts written for every other
+ * exporter work: CPU seconds (user + system) and the start time from
+ * /proc/self/stat, resident and virtual memory from the same line, open
+ * descriptors by counting /proc/self/fd, and their limit. A family whose
+ * source cannot be read is left out rather than shown as 0.
+ */
+static void render_proc(FILE *fp)
+{
+	double tick = (double)sysconf(_SC_CLK_TCK), page = (double)sysconf(_SC_PAGESIZE);
+	struct proc_stat ps;
+	struct rlimit rl;
+	double boot;
+	int fds;
+
+	if (proc_self_stat(&ps) == 0) {
+		std_head(fp, "process_cpu_seconds_total", "counter",
+			 "Total user and system CPU time spent in seconds.");
+		fprintf(fp, "process_cpu_seconds_total %.2f\n",
+			(double)(ps.utime + ps.stime) / tick);
+		std_head(fp, "process_resident_memory_bytes", "gauge",
+			 "Resident memory size in bytes.");
+		fprintf(fp, "process_resident_memory_bytes %.0f\n", (double)ps.rss * page);
+		std_head(fp, "process_virtual_memory_bytes", "gauge",
+			 "Virtual memory size in bytes.");
+		fprintf(fp, "process_virtual_memory_bytes %llu\n", ps.vsize);
+		if (boot_time(&boot) == 0) {
+			std_head(fp, "process_start_time_seconds", "gauge",
+				 "Start time of the process since unix epoch in seconds.");
+			fprintf(fp, "process_start_time_seconds %.2f\n",
+				boot + (double)ps.starttime / tick);
+		}
+	}
+	fds = count_fds();
+	if (fds >= 0) {
+		std_head(fp, "process_open_fds", "gauge", "Number of open file descriptors.");
+		fprintf(fp, "process_open_fds %d\n", fds);
+	}
+	if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY) {
+		std_head(fp, "process_max_fds", "gauge",
+			 "Maximum number of open file descriptors.");
+		fprintf(fp, "process_max_fds %llu\n", (unsigned long long)rl.rlim_cur);
+	}
 }
 
 static void render_process(FILE *fp, const struct fs_session *s)
@@ -162,6 +289,7 @@ static int render(struct fs_session *s, char **buf, size_t *len)
 		return -ENOMEM;
 	fs_stats_get(s, &st);
 	render_process(fp, s);
+	render_proc(fp);
 	fs_stats_prom(fp, &st);
 	render_derived(fp, &st);
 	render_fetch_latency(fp, &st.cache);

@@ -37,6 +37,20 @@
  * evict it for every other pod.
  */
 #define XATTR_EVICT "user.mcfs.evict"
+/*
+ * Reading this (unlisted) name of a file or directory drops the trust in every
+ * listing and attribute kept for it and below (fs_inode_refresh()) and answers
+ * how many paths that marked: `mcfs refresh`. A read for the reasons above,
+ * and restricted as user.mcfs.evict is: it makes the store answer again for
+ * every user of the mount.
+ */
+#define XATTR_REFRESH "user.mcfs.refresh"
+/*
+ * The root's (unlisted) user.mcfs.log_level answers the daemon's log level;
+ * user.mcfs.log_level.LEVEL sets it first (`mcfs log-level`). Setting is the
+ * node's admin's, as evict is: debug logs every fetch, for every user.
+ */
+#define XATTR_LOG_LEVEL "user.mcfs.log_level"
 
 static void fs_init(void *userdata, struct fuse_conn_info *conn)
 {
@@ -379,6 +393,37 @@ static void fs_statfs(fuse_req_t req, fuse_ino_t ino)
 	fuse_reply_statfs(req, &sv);
 }
 
+/* user.mcfs.refresh: marks @ino's tree stale; answers how many paths it marked. */
+static int refresh_value(struct fs_session *s, fuse_ino_t ino, char *buf, size_t len)
+{
+	char path[4096];
+	int rc = fs_inode_path(s, ino, path, sizeof(path));
+
+	if (rc < 0)
+		return rc;
+	return snprintf(buf, len, "%zu", fs_inode_refresh(s, path));
+}
+
+/* user.mcfs.log_level[.LEVEL] of the root: sets LEVEL if named; answers the level. */
+static int log_level_value(const char *name, char *buf, size_t len)
+{
+	const char *want = name + strlen(XATTR_LOG_LEVEL);
+	int old = mcfs_log_level(), i;
+
+	if (*want == '.') {
+		i = mcfs_log_level_of(want + 1);
+		if (i < 0)
+			return -EINVAL;
+		/* said at info: before the change when lowering, after it when raising */
+		if (i < old)
+			MCFS_INFO("log level %s (was %s)", want + 1, mcfs_log_level_name(old));
+		mcfs_log_set_level(i);
+		if (i > old)
+			MCFS_INFO("log level %s (was %s)", want + 1, mcfs_log_level_name(old));
+	}
+	return snprintf(buf, len, "%s", mcfs_log_level_name(mcfs_log_level()));
+}
+
 /* Value of one of our xattrs for @ino into buf; returns its length or -ENODATA. */
 static int xattr_value(struct fs_session *s, fuse_ino_t ino, const char *name, char *buf,
 		       size_t len)
@@ -389,6 +434,11 @@ static int xattr_value(struct fs_session *s, fuse_ino_t ino, const char *name, c
 
 	if (ino == FUSE_ROOT_ID && strcmp(name, XATTR_STATS) == 0)
 		return fs_stats_xattr(s, buf, len);
+	if (strcmp(name, XATTR_REFRESH) == 0)
+		return refresh_value(s, ino, buf, len);
+	if (ino == FUSE_ROOT_ID && strncmp(name, XATTR_LOG_LEVEL, strlen(XATTR_LOG_LEVEL)) == 0 &&
+	    (name[strlen(XATTR_LOG_LEVEL)] == '\0' || name[strlen(XATTR_LOG_LEVEL)] == '.'))
+		return log_level_value(name, buf, len);
 	if (strcmp(name, XATTR_CACHED) != 0 && strcmp(name, XATTR_VERSION) != 0 &&
 	    strcmp(name, XATTR_EVICT) != 0)
 		return -ENODATA;
@@ -412,7 +462,8 @@ static void fs_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name, size_t
 	int n;
 
 	fs_conn_note_req(fs_sess(req), req); /* is io_uring in use? (fs_conn_check) */
-	if (strcmp(name, XATTR_EVICT) == 0) {
+	if (strcmp(name, XATTR_EVICT) == 0 || strcmp(name, XATTR_REFRESH) == 0 ||
+	    strncmp(name, XATTR_LOG_LEVEL ".", strlen(XATTR_LOG_LEVEL) + 1) == 0) {
 		const struct fuse_ctx *ctx = fuse_req_ctx(req);
 
 		if (!fs_caller_is_admin(ctx->uid, ctx->pid)) {

@@ -10,7 +10,12 @@
  *           (confirmed, or served offline unconfirmed) and what is in flight;
  *   evict:  reads user.mcfs.evict of each file (directories: every file
  *           below), which drops the file's blocks from both tiers and
- *           answers the bytes dropped from each (see ops.c for why a read).
+ *           answers the bytes dropped from each (see ops.c for why a read);
+ *   refresh: reads user.mcfs.refresh of each path (file or directory), which
+ *           makes the daemon ask the store again about it and everything
+ *           below, and answers how many paths it had kept;
+ *   log-level: reads the root's user.mcfs.log_level (the daemon's level),
+ *           or user.mcfs.log_level.LEVEL, which sets it first.
  */
 #define _GNU_SOURCE
 #include "cli.h"
@@ -197,6 +202,20 @@ int fs_cmd_status(int argc, char **argv)
 	return 0;
 }
 
+/* What a failed getxattr of one of the admin's names means, for @cmd ("evict"). */
+static const char *admin_xattr_error(const char *cmd, int err, char *buf, size_t len)
+{
+	if (err == ENODATA || err == ENOTSUP)
+		return "not on an mcfs mount";
+	if (err != EPERM)
+		return strerror(err);
+	snprintf(buf, len,
+		 "not permitted: only the node's admin may %s (CAP_SYS_ADMIN in the daemon's "
+		 "user namespace, or the daemon's own user when it is not root)",
+		 cmd);
+	return buf;
+}
+
 /* ---- evict -------------------------------------------------------------- */
 
 /* nftw gives no user argument: the walk's totals live here for its duration. */
@@ -211,14 +230,13 @@ static int evict_one(const char *path, struct evict_totals *t)
 	struct cache_evicted ev;
 	char buf[FS_EVICT_TEXT_MAX + 1];
 	ssize_t len = getxattr(path, "user.mcfs.evict", buf, sizeof(buf) - 1);
+	char why[256];
 
 	if (len < 0) {
 		MCFS_ERR("evict: %s: %s", path,
-			 errno == ENODATA || errno == ENOTSUP ? "not a file on an mcfs mount"
-			 : errno == EPERM ? "not permitted: only the node's admin may evict "
-					    "(CAP_SYS_ADMIN in the daemon's user namespace, or the "
-					    "daemon's own user when it is not root)"
-					  : strerror(errno));
+			 errno == ENODATA || errno == ENOTSUP
+			     ? "not a file on an mcfs mount"
+			     : admin_xattr_error("evict", errno, why, sizeof(why)));
 		t->errors++;
 		return -1;
 	}
@@ -280,4 +298,80 @@ int fs_cmd_evict(int argc, char **argv)
 	       t.files == 1 ? "" : "s", mcfs_fmt_bytes(t.ram, r, sizeof(r)),
 	       mcfs_fmt_bytes(t.disk, d, sizeof(d)));
 	return t.errors ? 1 : 0;
+}
+
+/* ---- refresh ------------------------------------------------------------ */
+
+int fs_cmd_refresh(int argc, char **argv)
+{
+	char buf[FS_EVICT_TEXT_MAX + 1], why[256];
+	int i, errors = 0;
+	ssize_t len;
+
+	if (argc < 2 || argv[1][0] == '-') {
+		if (argc < 2)
+			MCFS_ERR("refresh needs at least one PATH");
+		else
+			MCFS_ERR("refresh: unknown option '%s'", argv[1]);
+		return fs_cli_usage("refresh");
+	}
+	for (i = 1; i < argc; i++) {
+		len = getxattr(argv[i], "user.mcfs.refresh", buf, sizeof(buf) - 1);
+		if (len < 0) {
+			MCFS_ERR("refresh: %s: %s", argv[i],
+				 admin_xattr_error("refresh", errno, why, sizeof(why)));
+			errors++;
+			continue;
+		}
+		buf[len] = '\0';
+		printf("refreshed %s: %s known path%s below will be asked of the store again\n",
+		       argv[i], buf, strcmp(buf, "1") == 0 ? "" : "s");
+	}
+	return errors ? 1 : 0;
+}
+
+/* ---- log-level ---------------------------------------------------------- */
+
+int fs_cmd_log_level(int argc, char **argv)
+{
+	const char *names[MCFS_LOG_DEBUG + 1], *near;
+	char name[64], buf[32], why[256];
+	ssize_t len;
+	int i;
+
+	if (argc < 2 || argc > 3 || argv[1][0] == '-') {
+		if (argc < 2)
+			MCFS_ERR("log-level needs a MOUNTPOINT");
+		else if (argc > 3)
+			MCFS_ERR("log-level takes MOUNTPOINT and LEVEL: '%s' is one word too many",
+				 argv[3]);
+		else
+			MCFS_ERR("log-level: unknown option '%s'", argv[1]);
+		return fs_cli_usage("log-level");
+	}
+	snprintf(name, sizeof(name), "user.mcfs.log_level");
+	if (argc == 3) {
+		i = mcfs_log_level_of(argv[2]);
+		if (i < 0) {
+			for (i = 0; i <= MCFS_LOG_DEBUG; i++)
+				names[i] = mcfs_log_level_name(i);
+			near = mcfs_nearest(argv[2], names, MCFS_ARRAY_SIZE(names));
+			MCFS_ERR("log-level: '%s' is no level: error, warning, info or debug%s%s%s",
+				 argv[2], near ? " (did you mean '" : "", near ? near : "",
+				 near ? "'?)" : "");
+			return FS_EXIT_USAGE;
+		}
+		snprintf(name, sizeof(name), "user.mcfs.log_level.%s", argv[2]);
+	}
+	len = getxattr(argv[1], name, buf, sizeof(buf) - 1);
+	if (len < 0) {
+		MCFS_ERR("log-level: %s: %s", argv[1],
+			 errno == ENODATA
+			     ? "not the root of an mcfs mount (or its daemon is older)"
+			     : admin_xattr_error("set the log level", errno, why, sizeof(why)));
+		return 1;
+	}
+	buf[len] = '\0';
+	printf("%s: log level %s\n", argv[1], buf);
+	return 0;
 }

@@ -6,6 +6,7 @@ line fails the test rather than a scraper in production.
 """
 import mmap
 import os
+import re
 import socket
 import urllib.error
 import urllib.request
@@ -315,3 +316,126 @@ def test_disk_tier_and_gpu_load_metrics(tmp):
         assert mx.get("mcfs_disk_checksum_errors_total") == 0
         assert mx.get("mcfs_fetches_total", result="ok") == 0, "a store fetch after restart"
         assert mx.get("mcfs_gpu_loads_total", result="ok" if gpu else "error") == 1
+
+
+# ---- the exposition, line by line (issue 25, item 7) ------------------------
+
+NAME = r"[a-zA-Z_:][a-zA-Z0-9_:]*"
+LABEL = r'[a-zA-Z_][a-zA-Z0-9_]*="(?:[^"\\\n]|\\[\\"n])*"'
+VALUE = r"(?:[+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?|[+-]?Inf|NaN)"
+SAMPLE = re.compile(r"^(%s)(\{(?:%s)(?:,%s)*\})? (%s)$" % (NAME, LABEL, LABEL, VALUE))
+HELP = re.compile(r"^# HELP (%s) (.*)$" % NAME)
+TYPE = re.compile(r"^# TYPE (%s) (counter|gauge|histogram|summary|untyped)$" % NAME)
+SUFFIXES = {"histogram": ("_bucket", "_sum", "_count"), "summary": ("_sum", "_count", "")}
+
+
+def strict_parse(text):
+    """Text format 0.0.4 as Prometheus reads it, with no leniency: every line a
+    HELP, a TYPE or a sample; each family's HELP and TYPE once, before its
+    samples, whose names are the family's (a histogram's: _bucket, _sum,
+    _count, and all three there); no sample twice; the text ends in a newline.
+    Returns {family: (type, {(sample name, labels): value})}."""
+    assert text.endswith("\n"), "no newline at the end"
+    fams, cur = {}, None
+    for ln in text[:-1].split("\n"):
+        h, t, s = HELP.match(ln), TYPE.match(ln), SAMPLE.match(ln)
+        if h:
+            assert h.group(1) not in fams, "family %s declared twice" % h.group(1)
+            cur = h.group(1)
+            fams[cur] = [None, {}]
+        elif t:
+            assert t.group(1) == cur and fams[cur][0] is None, "TYPE without its HELP: %r" % ln
+            fams[cur][0] = t.group(2)
+        elif s:
+            assert cur and fams[cur][0], "sample before its family's TYPE: %r" % ln
+            kind, name = fams[cur][0], s.group(1)
+            allowed = [cur + x for x in SUFFIXES.get(kind, ("",))]
+            assert name in allowed, "%s in family %s (%s)" % (name, cur, kind)
+            labels = frozenset(re.findall(r'([a-zA-Z_]\w*)="((?:[^"\\]|\\.)*)"',
+                                          s.group(2) or ""))
+            key = (name, labels)
+            assert key not in fams[cur][1], "sample twice: %r" % ln
+            fams[cur][1][key] = float(s.group(3))
+        else:
+            raise AssertionError("not a line of the text format: %r" % ln)
+    for fam, (kind, samples) in fams.items():
+        names = {n for n, _ in samples}
+        if kind == "histogram":
+            assert names == {fam + "_bucket", fam + "_sum", fam + "_count"}, (fam, names)
+            inf = [v for (n, l), v in samples.items() if n == fam + "_bucket"
+                   and dict(l)["le"] == "+Inf"]
+            assert inf == [samples[(fam + "_count", frozenset())]], fam
+        assert samples, "family %s has no sample" % fam
+    return {f: (k, s) for f, (k, s) in fams.items()}
+
+
+def one(fams, name):
+    kind, samples = fams[name]
+    assert list(samples) == [(name, frozenset())], samples
+    return kind, samples[(name, frozenset())]
+
+
+def proc_stat(pid):
+    with open("/proc/%d/stat" % pid) as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    # fields[0] is field 3 of proc(5)
+    return {"cpu": (int(fields[11]) + int(fields[12])), "start": int(fields[19]),
+            "rss": int(fields[21])}
+
+
+def test_process_metrics_and_every_histogram_whole(tmp):
+    """The standard process collector's families, against the daemon's /proc
+    entries read around the scrape, and _sum and _count on every histogram."""
+    need_root()
+    write_file(tmp / "src" / "seq.bin", 24 * MiB)
+    port = free_port()
+    opts = ["metrics=127.0.0.1:%d" % port, "block_size=1M", "ram_cache=64M",
+            "readahead_max=8M"]
+    tick = os.sysconf("SC_CLK_TCK")
+    page = os.sysconf("SC_PAGE_SIZE")
+    with open("/proc/stat") as f:
+        btime = int(re.search(r"^btime (\d+)$", f.read(), re.M).group(1))
+    with mcfs_mount(str(tmp / "src"), str(tmp / "mnt"), opts=opts) as m:
+        with open(m.p("seq.bin"), "rb") as f:
+            while f.read(MiB):
+                pass
+        pid = m.proc.pid
+        before, fds_before = proc_stat(pid), len(os.listdir("/proc/%d/fd" % pid))
+        text = scrape(port)
+        after, fds_after = proc_stat(pid), len(os.listdir("/proc/%d/fd" % pid))
+        with open("/proc/%d/limits" % pid) as f:
+            soft = re.search(r"^Max open files\s+(\d+)", f.read(), re.M).group(1)
+    fams = strict_parse(text)
+
+    kind, cpu = one(fams, "process_cpu_seconds_total")
+    assert kind == "counter" and before["cpu"] / tick <= cpu <= after["cpu"] / tick, \
+        (before, cpu, after)
+    kind, start = one(fams, "process_start_time_seconds")
+    assert kind == "gauge" and start == round(btime + before["start"] / tick, 2), start
+    kind, rss = one(fams, "process_resident_memory_bytes")
+    lo, hi = sorted((before["rss"] * page, after["rss"] * page))
+    assert kind == "gauge" and rss % page == 0 and lo - 4 * MiB <= rss <= hi + 4 * MiB, \
+        (lo, rss, hi)  # the scrape itself may touch a few pages
+    kind, fds = one(fams, "process_open_fds")
+    # the scrape's own connection is one more while it is served
+    assert kind == "gauge" and min(fds_before, fds_after) <= fds <= max(fds_before,
+                                                                        fds_after) + 1, \
+        (fds_before, fds, fds_after)
+    kind, limit = one(fams, "process_max_fds")
+    assert kind == "gauge" and limit == int(soft)
+
+    hists = [f for f, (k, _) in fams.items() if k == "histogram"]
+    assert sorted(hists) == ["mcfs_fetch_duration_seconds", "mcfs_readahead_window_blocks"]
+    # windows fall in (le/2, le] blocks, so their sum lies between the bounds
+    _, ra = fams["mcfs_readahead_window_blocks"]
+    cum = sorted(((float(dict(l)["le"]), v) for (n, l), v in ra.items()
+                  if n.endswith("_bucket")))
+    low = high = prev = prev_le = 0
+    for le, c in cum:  # bucket le holds windows of prev_le + 1 to le blocks
+        if c > prev:
+            low += (c - prev) * (prev_le + 1)
+            high += (c - prev) * le
+        prev, prev_le = c, le
+    total = ra[("mcfs_readahead_window_blocks_sum", frozenset())]
+    assert ra[("mcfs_readahead_window_blocks_count", frozenset())] >= 2
+    assert low <= total <= high, (low, total, high, cum)
