@@ -214,6 +214,8 @@ int mcfs_load_selection(int fd, const struct mcfs_devbuf *buf, uint64_t size,
 		none.file_off = s->ranges[0].file_off;
 		none.len = 0;
 		none.dst_off = 0;
+		none.count = 0;
+		none.src_stride = 0;
 		(void)mcfs_load(fd, buf, size, &none, 1, MCFS_LOAD_F_CLOSE, NULL);
 	}
 	free(stats);
