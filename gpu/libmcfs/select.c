@@ -13,7 +13,7 @@
  * MCFS_LOAD_MAX_RANGES ranges; more runs than that go in several requests.
  * Each request is a load of its own in the daemon (its own prefetch), so a
  * cold selection of many batches waits for one block fetch at each batch's
- * start: a few milliseconds per 512 runs.
+ * start: a few milliseconds per 384 runs.
  */
 #define _GNU_SOURCE
 #include "mcfs_client.h"

@@ -79,7 +79,8 @@ class IoctlTransport:
         self._db_ptr, self._db = None, None
 
     def fill(self, buf, ranges, last):
-        """Copies each (file_off, len, buf_off) of `ranges` into uint8 tensor `buf`.
+        """Copies each (file_off, len, buf_off[, count, src_stride]) of `ranges`
+        into uint8 tensor `buf` (_abi.load_request says what they mean).
 
         `last`: the daemon closes its mapping of buf after this load. Raises
         McfsError (an OSError) when the daemon refuses or fails.
@@ -103,7 +104,7 @@ class IoctlTransport:
             _abi.ioctl(self.fd, _abi.IOC_LOAD, req)
         except OSError as e:
             raise _load_error(self.path, e) from None
-        want = sum(n for _, n, _ in ranges)
+        want = sum(r[1] * (max(r[3], 1) if len(r) > 3 else 1) for r in ranges)
         if req.bytes != want:
             raise McfsError(errno.EIO, "mcfs: loading %s: %d of %d bytes copied"
                             % (self.path, req.bytes, want))
