@@ -149,3 +149,24 @@ def test_bad_slices(tmp_path):
         _slices.resolve_slices(p, h, None, rank=0, world=None, split={"a": 0})
     with pytest.raises(ValueError, match="rank"):
         _slices.resolve_slices(p, h, None, rank=2, world=2, split={"a": 0})
+
+
+def test_switch_serves_one_dim_slices():
+    """Which get_slice indexes the switch loads as a slice alone."""
+    from mcfs._header import Tensor
+    from mcfs._safeopen import one_dim
+    e = Tensor("w", "F32", [4, 6, 8], 0, 4 * 6 * 8 * 4)
+    assert one_dim(slice(1, 3), e) == (0, 1, 3)
+    assert one_dim((slice(None), slice(2, 4)), e) == (1, 2, 4)
+    assert one_dim((slice(None), slice(None), slice(-3, None)), e) == (2, 5, 8)
+    assert one_dim((slice(None), slice(1, 2), slice(None)), e) == (1, 1, 2)
+    assert one_dim((slice(None, 3, 1),), e) == (0, 0, 3)
+    np_int = np.int64(2)
+    assert one_dim((slice(None), slice(np_int, 5)), e) == (1, 2, 5)
+    # the whole tensor answers these
+    for idx in (slice(0, 4), (slice(None),), slice(0, 4, 2), (slice(1, 2), slice(1, 2)), 1,
+                slice(3, 3), slice(2, 9), slice(-9, 2), (Ellipsis, slice(1, 2)), Ellipsis, (),
+                None, (None, slice(1, 2)), slice(True, 2), slice(1.0, 2),
+                (slice(None),) * 4):
+        assert one_dim(idx, e) is None, idx
+    assert one_dim(slice(1, 2), Tensor("f4", "F4", [4, 6], 0, 12)) is None

@@ -198,3 +198,24 @@ def load_tensors(torch, transport, header, tensors, device, arena_bytes=None):
                 at += n
         del arena  # freed in stream order: the copies above are queued before any reuse
     return {t.name: out[t.name] for t in tensors}
+
+
+def load_slice(torch, transport, header, entry, sl, device):
+    """Loads the slice `sl` = (dim, start, stop) of header Tensor `entry` to
+    `device`, in an allocation of its own: one range of the ioctl, strided
+    for dim > 0, so that only the slice's bytes are copied. The result has
+    the slice's shape and is contiguous."""
+    from . import _slices
+    v, (off, n, count, stride) = _slices.sliced(entry, sl)
+    dt = torch_dtype(torch, entry.dtype)
+    if v.end == 0:
+        return torch.empty(v.shape, dtype=dt, device=device)
+    # 16 bytes at least: the room a binding's nonce needs (_abi.bind)
+    room = torch.empty(max(v.end, _abi.BIND_NONCE_SIZE), dtype=torch.uint8, device=device)
+    r = (header.data_offset + off, n, 0) + ((count, stride) if count > 1 else ())
+    transport.fill(room, [r], True)
+    raw = room
+    if room.numel() > v.end:
+        raw = torch.empty(v.end, dtype=torch.uint8, device=device)
+        raw.copy_(room[:v.end])
+    return raw.view(dt).view(v.shape)
