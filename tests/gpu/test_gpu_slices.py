@@ -233,3 +233,47 @@ def test_switch_get_slice(tmp):
                     same_cpu(torch, f.get_slice(name)[idx], own.get_slice(name)[idx], idx)
         finally:
             mcfs.unpatch_safetensors()
+
+
+def test_libmcfs_slices(tmp):
+    """mcfs_load_tensors_sliced from C: an explicit slice along dim 1 and a
+    plan (rank 1 of 2) over the rest, each result bitwise get_slice's at the
+    offset the selection gives."""
+    torch = need_gpu()
+    import ctypes
+    from safetensors import safe_open
+    from libmcfs_ctypes import Selection, Slice, libmcfs
+    lib = libmcfs()
+    src = str(tmp / "src" / "odd.safetensors")
+    odd_file(torch, src)
+    slices = [Slice(b"bf16", 1, 0, 5, 900, 0), Slice(b"f16_3d", -2, 2, 0, 0, 1),
+              Slice(b"*64*", 0, 2, 0, 0, 1), Slice(b"u8", 0, 0, 1000, 2 ** 64 - 1, 0)]
+    arr = (Slice * len(slices))(*slices)
+    cap = 64 << 20
+    with mcfs_mount(str(tmp / "src"), str(tmp / "mnt"), opts=OPTS) as m, \
+            safe_open(src, framework="pt", device="cpu") as own:
+        buf = torch.full((cap,), 0x5A, dtype=torch.uint8, device="cuda:0")
+        sel = ctypes.POINTER(Selection)()
+        err = ctypes.create_string_buffer(512)
+        s0 = m.stats()
+        n = lib.mcfs_load_tensors_sliced(m.p("odd.safetensors").encode(), None, 0, arr,
+                                         len(slices), ctypes.c_void_p(buf.data_ptr()), cap,
+                                         ctypes.byref(sel), err, len(err))
+        assert n > 0, err.value
+        torch.cuda.synchronize()
+        s = sel.contents
+        assert m.stats()["gpu_load_bytes"] - s0["gpu_load_bytes"] == n == s.copy_bytes
+        host = bytes(buf[:s.bytes].cpu().numpy().tobytes())
+        seen = {}
+        for i in range(s.n):
+            name = s.tensors[i].contents.name.decode()
+            c = s.cuts[i]
+            want = own.get_tensor(name) if c.dim < 0 \
+                else own.get_slice(name)[index(c.dim, c.start, c.stop)]
+            assert c.bytes == slice_bytes(want), name
+            assert host[s.dst[i]:s.dst[i] + c.bytes] == raw_bytes(torch, want), name
+            seen[name] = (c.dim, c.start, c.stop)
+        lib.mcfs_selection_free(sel)
+    assert seen["bf16"] == (1, 5, 900) and seen["f16_3d"] == (1, 167, 333)
+    assert seen["f64_3d"] == (0, 2, 3) and seen["i64"] == (0, 65, 129)
+    assert seen["u8"] == (0, 1000, 1031) and seen["f32"] == (-1, 0, 0)
