@@ -125,7 +125,7 @@ def ioctl(fd, cmd, struct):
     """Sends `struct` (read and written in place). Raises OSError.
 
     Through libc with ctypes, not fcntl.ioctl. With fcntl.ioctl and a load
-    request (12 KiB) the caller's other threads stood still for the whole
+    request (15 KiB) the caller's other threads stood still for the whole
     load on CPython 3.12 (a server thread of the same process that the daemon
     was reading from never ran: a deadlock); CPython copies buffers of up to
     1 KiB and releases the GIL around those only, in the versions seen. Newer
