@@ -10,7 +10,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "gpu", "python"))
 from mcfs import _abi  # noqa: E402
 
-LIB = os.environ.get("MCFS_LIB", os.path.join(ROOT, "build", "gpu", "libmcfs.so.1"))
+LIB = os.environ.get("MCFS_LIB", os.path.join(ROOT, "build", "gpu", "libmcfs.so.2"))
 
 
 class StTensor(ctypes.Structure):

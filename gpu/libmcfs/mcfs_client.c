@@ -183,7 +183,7 @@ int mcfs_bind(int fd, const struct mcfs_devbuf *buf, void *dptr, uint64_t size)
 int mcfs_load(int fd, const struct mcfs_devbuf *buf, uint64_t size, const struct mcfs_range *ranges,
 	      unsigned n, unsigned flags, struct mcfs_load_req *stats)
 {
-	struct mcfs_load_req req; /* 12 KiB on the caller's stack: nothing allocated */
+	struct mcfs_load_req req; /* 15 KiB on the caller's stack: nothing allocated */
 
 	if (n > MCFS_LOAD_MAX_RANGES)
 		return -EINVAL;

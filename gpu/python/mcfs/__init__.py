@@ -216,6 +216,7 @@ def load_file(path, device="cuda:0", tensors=None, slices=None, rank=None, world
     path = os.fspath(path)
     fd = os.open(path, os.O_RDONLY)
     slicing = slices is not None or split is not None or rank is not None or world is not None
+    header = None
     try:
         if slicing:
             header = read_header_fd(fd)
@@ -230,7 +231,8 @@ def load_file(path, device="cuda:0", tensors=None, slices=None, rank=None, world
         reason = fast_path_reason(fd, device, torch, path)
         if reason is not None:
             return _fallback(path, device, reason, tensors, cut)
-        header = read_header_fd(fd)
+        if header is None:
+            header = read_header_fd(fd)
         chosen = header.tensors
         if tensors is not None:
             names = _select.resolve(path, (t.name for t in header.tensors), tensors)
