@@ -76,6 +76,9 @@ MCFS_API int mcfs_bind(int fd, const struct mcfs_devbuf *buf, void *dptr, uint64
 /*
  * Copies @n ranges of @fd into @buf (dst_off relative to the buffer), or
  * with @n == 0 the whole safetensors data section to the buffer's start.
+ * A range with count > 1 is strided: count rows of len bytes, src_stride
+ * apart in the file, packed in the buffer (<mcfs/mcfs_ioctl.h>); zero the
+ * ranges before filling them, so that count and src_stride are 0 otherwise.
  * @size: bytes of the buffer the load may write (0 = to the allocation's
  * end). @flags: MCFS_LOAD_F_*. @stats (may be NULL) receives the daemon's
  * answer (bytes, ns, data_offset). Returns 0 or a negative errno: -EPERM
