@@ -277,3 +277,19 @@ def test_libmcfs_slices(tmp):
     assert seen["bf16"] == (1, 5, 900) and seen["f16_3d"] == (1, 167, 333)
     assert seen["f64_3d"] == (0, 2, 3) and seen["i64"] == (0, 65, 129)
     assert seen["u8"] == (0, 1000, 1031) and seen["f32"] == (-1, 0, 0)
+
+
+def test_fallback_slices(tmp):
+    """Off mcfs, load_file falls back to safetensors with the same slices."""
+    torch = need_gpu()
+    from safetensors import safe_open
+    src = str(tmp / "src" / "odd.safetensors")
+    odd_file(torch, src)
+    got = mcfs.load_file(src, device="cuda:0", rank=1, world=2,
+                         split={"f16_3d": 1, "bf16": -1}, slices={"u8": (0, 5, 9)})
+    with safe_open(src, framework="pt", device="cpu") as own:
+        assert sorted(got) == sorted(own.keys())
+        for name in own.keys():
+            sl = {"f16_3d": (1, 167, 333), "bf16": (1, 500, 999), "u8": (0, 5, 9)}.get(name)
+            want = own.get_tensor(name) if sl is None else own.get_slice(name)[index(*sl)]
+            same_cpu(torch, got[name], want, name)
