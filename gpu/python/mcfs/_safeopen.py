@@ -17,8 +17,8 @@ was not handed out is freed when the file is closed.
 get_slice(name)[idx] where idx slices one dimension with step 1 and in
 bounds - `[a:b]`, `[:, a:b]`, `[:, :, a:b]` - loads only that slice, one
 strided range whose bytes alone cross PCIe (a tensor-parallel rank's
-shard: vLLM's loaders read every weight so), and it does not load the whole
-file. The result is contiguous, with safetensors' values, dtype and shape.
+shard, read as safetensors documents sharded loading), and it does not load
+the whole file. The result is contiguous, with safetensors' values, dtype and shape.
 Any other index (ints, steps, several dimensions, Ellipsis, bounds past the
 end, an empty or whole-dimension slice), a sub-byte dtype, or a tensor that
 an earlier read already brought whole to the device, is answered as before:
