@@ -162,8 +162,9 @@ struct mcfs_cut {
 /*
  * [*start, *stop) of rank's shard of n elements split world ways: ceil(n /
  * world) elements each, the last ranks' shorter or empty when world does not
- * divide n (as vLLM shards a vocabulary, and as torch.chunk splits). vLLM's
- * linear layers require n to divide; then every shard is n / world. Can't
+ * divide n (as torch.chunk splits). vLLM's linear layers require n to
+ * divide; then every shard is n / world. (vLLM's VocabParallelEmbedding cuts
+ * a vocabulary padded to a multiple of 64: use explicit slices there.) Can't
  * fail: rank >= world gives an empty shard at n, world 0 the whole.
  */
 MCFS_API void mcfs_shard_bounds(uint64_t n, uint32_t rank, uint32_t world, uint64_t *start,

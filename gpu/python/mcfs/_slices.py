@@ -16,9 +16,11 @@ empty slice is allowed). The result is bitwise `get_slice(name)[sl]`, with
 
 The plan's shards (shard_bounds): ceil(n / world) elements each, the last
 rank's shorter when `world` does not divide n (and empty when the earlier
-shards cover everything), as vLLM's VocabParallelEmbedding shards a vocabulary
-and as `torch.chunk` does. vLLM's linear layers require n to divide by the
-tensor-parallel size; with such shapes every shard is n / world.
+shards cover everything), as `torch.chunk` does. vLLM's linear layers
+require n to divide by the tensor-parallel size; with such shapes every
+shard is n / world. vLLM's VocabParallelEmbedding cuts the same way over a
+vocabulary padded to a multiple of 64 (its shards can be longer than
+ceil(n / world)): give it explicit `slices` with vLLM's bounds.
 
 Which keys must match: a `slices` key, like `tensors`, must select some
 tensor of the file (UnknownTensorError otherwise); a `split` glob need not,
