@@ -39,7 +39,7 @@ _Static_assert(GPU_IPC_HANDLE_SIZE == MCFS_IPC_HANDLE_SIZE, "IPC handle size");
 _Static_assert(sizeof(((struct mcfs_load_req *)0)->device_uuid) == GPU_UUID_SIZE, "uuid size");
 _Static_assert(sizeof(((struct mcfs_info *)0)->reason) == GPU_REASON_SIZE, "reason size");
 
-/* What one ioctl works on: 24 KiB, kept off the worker thread's stack. */
+/* What one ioctl works on: 31 KiB, kept off the worker thread's stack. */
 struct ioctl_buf {
 	union {
 		struct mcfs_load_req load;
@@ -57,14 +57,13 @@ static int interrupted(void *req)
 
 static int check_ranges(const struct gpu_range *r, unsigned n, uint64_t size)
 {
-	uint64_t end;
 	unsigned i;
+	int rc;
 
 	for (i = 0; i < n; i++) {
-		if (__builtin_add_overflow(r[i].file_off, r[i].len, &end))
-			return -EINVAL;
-		if (end > size)
-			return -ERANGE;
+		rc = gpu_range_check(&r[i], size, NULL, NULL);
+		if (rc < 0)
+			return rc;
 	}
 	return 0;
 }
@@ -152,6 +151,8 @@ static int do_load(fuse_req_t req, struct fs_handle *h, struct mcfs_load_req *r,
 			ranges[i].file_off = r->ranges[i].file_off;
 			ranges[i].len = r->ranges[i].len;
 			ranges[i].dst_off = r->ranges[i].dst_off;
+			ranges[i].count = r->ranges[i].count;
+			ranges[i].src_stride = r->ranges[i].src_stride;
 		}
 	}
 	rc = check_ranges(ranges, n, cache_file_size(h->file));

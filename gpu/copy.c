@@ -104,19 +104,20 @@ void gpu_streams_free_all(struct gpu *g)
 
 /* ---- walking the ranges block by block --------------------------------- */
 
-/* Where a walk over the request's ranges stands. Cutting a range at block
- * boundaries is cache_span()'s work: gpu/ does no block arithmetic. */
+/* Where a walk over the request's ranges stands. Where a block starts and
+ * ends is cache_span()'s answer; which rows of a strided range lie in it is
+ * gpu_walk_next()'s (request.c, unit-tested without a GPU). */
 struct cursor {
 	const struct gpu_range *r;
-	unsigned n, ri; /* ranges, current range */
-	uint64_t off;	/* next file offset within r[ri] */
-	uint64_t taken; /* pieces returned so far */
+	unsigned n, ri;	   /* ranges, current range */
+	struct gpu_walk w; /* position within r[ri] */
+	uint64_t taken;	   /* pieces returned so far */
 };
 
-/* One copy: the part of one range that lies in one block, into the buffer. */
+/* One copy: the rows (or part of a row) of one range that lie in one block. */
 struct piece {
-	struct cache_span sp; /* block index, offset in it and bytes */
-	uint64_t dst;	      /* offset from the buffer start */
+	struct cache_span sp; /* block index and the first byte's offset in it */
+	struct gpu_rows rows; /* what to copy; rows.dst: offset from the buffer start */
 };
 
 static void cursor_init(struct cursor *c, const struct gpu_range *r, unsigned n)
@@ -124,8 +125,6 @@ static void cursor_init(struct cursor *c, const struct gpu_range *r, unsigned n)
 	memset(c, 0, sizeof(*c));
 	c->r = r;
 	c->n = n;
-	if (n)
-		c->off = r[0].file_off;
 }
 
 /* Returns 1 with the next piece in *p, 0 past the last range, or -EINVAL for a
@@ -134,21 +133,26 @@ static int next_piece(const struct cache *cache, const struct cache_file *f, str
 		      struct piece *p)
 {
 	const struct gpu_range *r;
+	uint64_t pos, end;
 	int rc;
 
-	while (c->ri < c->n && c->off >= c->r[c->ri].file_off + c->r[c->ri].len) {
-		c->ri++;
-		if (c->ri < c->n)
-			c->off = c->r[c->ri].file_off;
+	for (; c->ri < c->n; c->ri++, memset(&c->w, 0, sizeof(c->w))) {
+		r = &c->r[c->ri];
+		if (r->len && c->w.row < gpu_range_rows(r))
+			break;
 	}
 	if (c->ri == c->n)
 		return 0;
 	r = &c->r[c->ri];
-	rc = cache_span(cache, f, c->off, r->file_off + r->len - c->off, &p->sp);
+	rc = gpu_range_check(r, UINT64_MAX, &end, NULL);
+	if (rc < 0)
+		return -EINVAL;
+	pos = gpu_walk_pos(r, &c->w);
+	rc = cache_span(cache, f, pos, end - pos, &p->sp);
 	if (rc < 0)
 		return rc;
-	p->dst = r->dst_off + (c->off - r->file_off);
-	c->off += p->sp.len;
+	if (gpu_walk_next(r, &c->w, p->sp.blen - p->sp.boff, &p->rows) != 1)
+		return -EINVAL; /* cannot happen: the loop above left a row to copy */
 	c->taken++;
 	return 1;
 }
@@ -222,6 +226,8 @@ static int copy_one(struct load *l, const struct piece *p, struct gpu_load_resul
 	cudaStream_t st = l->s->s[l->issued % GPU_NSTREAMS];
 	unsigned slot = (l->head + l->count) % l->window;
 	unsigned long long t0 = mcfs_now_ns();
+	const struct gpu_rows *rw = &p->rows;
+	uint64_t span = (rw->height - 1) * rw->src_pitch + rw->width; /* bytes of the block read */
 	const char *src;
 	cudaError_t e;
 	int rc;
@@ -231,29 +237,34 @@ static int copy_one(struct load *l, const struct piece *p, struct gpu_load_resul
 	if (rc < 0)
 		return rc;
 	src = cache_block_data(b) + p->sp.boff;
-	if ((size_t)p->sp.boff + p->sp.len > cache_block_len(b)) {
+	if ((size_t)p->sp.boff + span > cache_block_len(b)) {
 		/* the file shrank under a cached identity: cannot happen for one version */
 		cache_block_put(l->g->cache, b);
 		return -EIO;
 	}
-	if (!gpu_is_pinned(l->g, src, p->sp.len))
+	if (!gpu_is_pinned(l->g, src, span))
 		res->unpinned++;
-	e = cudaMemcpyAsync(l->dbase + p->dst, src, p->sp.len, cudaMemcpyHostToDevice, st);
+	if (rw->height == 1)
+		e = cudaMemcpyAsync(l->dbase + rw->dst, src, rw->width, cudaMemcpyHostToDevice, st);
+	else /* rows of a slice: packed in the buffer, src_pitch apart in the block */
+		e = cudaMemcpy2DAsync(l->dbase + rw->dst, rw->width, src, rw->src_pitch, rw->width,
+				      rw->height, cudaMemcpyHostToDevice, st);
 	if (e == cudaSuccess)
 		e = cudaEventRecord(l->s->ev[slot], st);
 	if (e != cudaSuccess) {
 		(void)cudaStreamSynchronize(st); /* the copy may still read the block */
 		cache_block_put(l->g->cache, b);
-		MCFS_ERR("gpu: cudaMemcpyAsync of %u bytes (block %llu of %s) to device %d: %s",
-			 (unsigned)p->sp.len, (unsigned long long)p->sp.index,
-			 cache_file_path(l->f), l->g->devs[l->dev].ordinal, cudaGetErrorString(e));
+		MCFS_ERR("gpu: copy of %llu rows of %llu bytes (block %llu of %s) to device %d: %s",
+			 (unsigned long long)rw->height, (unsigned long long)rw->width,
+			 (unsigned long long)p->sp.index, cache_file_path(l->f),
+			 l->g->devs[l->dev].ordinal, cudaGetErrorString(e));
 		gpu_dev_broken(l->g, l->dev, e);
 		return gpu_errno(e) == -ENODEV ? -ENODEV : -EIO;
 	}
 	l->ring[slot] = b;
 	l->count++;
 	l->issued++;
-	res->bytes += p->sp.len;
+	res->bytes += rw->width * rw->height;
 	res->blocks++;
 	return 0;
 }
@@ -309,7 +320,7 @@ static int check_dst(const struct gpu_ipc *e, const struct gpu_load_req *req)
 	if (req->dst_size)
 		lim = MCFS_MIN(lim, req->dst_size);
 	for (i = 0; i < req->nranges; i++)
-		if (__builtin_add_overflow(r[i].dst_off, r[i].len, &end) || end > lim)
+		if (gpu_range_check(&r[i], UINT64_MAX, NULL, &end) < 0 || end > lim)
 			return -EOVERFLOW;
 	return 0;
 }

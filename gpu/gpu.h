@@ -45,12 +45,74 @@ struct gpu;
 /* Bytes of gpu_info's reason, NUL included. */
 #define GPU_REASON_SIZE 256
 
-/* One copy: file bytes [file_off, file_off + len) to the buffer start + dst_off. */
+/*
+ * One copy of `count` rows (0 means 1) of `len` bytes: row i is the file
+ * bytes [file_off + i * src_stride, + len), copied to the buffer start +
+ * dst_off + i * len. With count <= 1 it is the plain file bytes [file_off,
+ * file_off + len) and src_stride is ignored. A tensor slice along a
+ * dimension > 0 is one such strided range (include/mcfs/mcfs_ioctl.h).
+ */
 struct gpu_range {
 	uint64_t file_off;
 	uint64_t len;
 	uint64_t dst_off;
+	uint64_t count;
+	uint64_t src_stride;
 };
+
+/* ---- the copy arithmetic (request.c; pure, in both builds, unit-tested) ---- */
+
+/* Rows of @r: count, or 1 for a plain range. */
+uint64_t gpu_range_rows(const struct gpu_range *r);
+
+/*
+ * Checks @r against a file of @size bytes: 0, -EINVAL when an end overflows
+ * or a strided range has src_stride < len, -ERANGE when a byte lies past
+ * @size. On 0, *@file_end (may be NULL) is one past the range's last file
+ * byte and *@dst_end (may be NULL) one past its last buffer byte (dst_off +
+ * rows * len; -EINVAL if that overflows). A range of len 0 copies nothing
+ * and is always valid.
+ */
+MCFS_MUST_CHECK int gpu_range_check(const struct gpu_range *r, uint64_t size, uint64_t *file_end,
+				    uint64_t *dst_end);
+
+/* Where a walk over one range stands: the row, and the byte in that row. */
+struct gpu_walk {
+	uint64_t row;
+	uint64_t col;
+};
+
+/* One copy of the engine: `height` rows of `width` bytes, the first at
+ * file offset `file_off`, each next one `src_pitch` bytes further in the
+ * file; in the buffer they land packed (pitch `width`) from `dst`. One block
+ * of the RAM tier holds all of them. height 1 is a plain copy. */
+struct gpu_rows {
+	uint64_t file_off;
+	uint64_t width;
+	uint64_t height;
+	uint64_t src_pitch;
+	uint64_t dst;
+};
+
+/* The largest src_pitch gpu_walk_next() gives a multi-row piece: CUDA's
+ * limit on a 2-D copy's pitch (cudaDevAttrMaxPitch is 2^31 - 1 on every GPU
+ * so far). Rows further apart than this go one copy per row. */
+#define GPU_MAX_PITCH ((uint64_t)INT32_MAX)
+
+/* The file offset the walk @w of @r stands at (its next byte). */
+uint64_t gpu_walk_pos(const struct gpu_range *r, const struct gpu_walk *w);
+
+/*
+ * The next copy of the walk @w over @r (a checked range), given @avail > 0,
+ * the bytes from gpu_walk_pos() to the end of the block that holds it. Fills
+ * *@out with the whole rows that fit in that block from the walk's position
+ * (when it stands at a row's start and the row fits), else with the part of
+ * the current row up to the block's end or the row's end (a row that
+ * straddles a block boundary is cut there, and its rest comes next); then
+ * advances @w past it. Returns 1 with *@out, or 0 when @r is done.
+ */
+int gpu_walk_next(const struct gpu_range *r, struct gpu_walk *w, uint64_t avail,
+		  struct gpu_rows *out);
 
 /*
  * One load: byte ranges of a file into a device buffer that another process

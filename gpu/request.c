@@ -1,7 +1,9 @@
 /*
  * request.c - what a load request means, compiled in both builds (with and
  * without CUDA): a load that names no ranges copies the safetensors data
- * section, found here from the file's first 8 bytes.
+ * section, found here from the file's first 8 bytes; and the arithmetic of
+ * the copy engine (gpu/copy.c): which rows of a strided range one RAM-tier
+ * block holds, kept pure here so that gpu_rows_test checks it on any machine.
  *
  * It lives in gpu/ because gpu/ knows the safetensors format
  * (safetensors.h), and in both builds because a file that is not
@@ -38,5 +40,76 @@ int gpu_data_section(struct cache *c, struct cache_file *f, struct gpu_range *ou
 	out->file_off = doff;
 	out->len = size - doff;
 	out->dst_off = 0;
+	out->count = 1;
+	out->src_stride = 0;
 	return 0;
+}
+
+uint64_t gpu_range_rows(const struct gpu_range *r)
+{
+	return r->count > 1 ? r->count : 1;
+}
+
+int gpu_range_check(const struct gpu_range *r, uint64_t size, uint64_t *file_end, uint64_t *dst_end)
+{
+	uint64_t rows = gpu_range_rows(r), fend, dend, span;
+
+	if (r->len == 0) {
+		fend = r->file_off;
+		dend = r->dst_off;
+		goto out;
+	}
+	if (rows > 1 && r->src_stride < r->len)
+		return -EINVAL;
+	/* last row's start, then its end; and rows * len packed in the buffer */
+	if (__builtin_mul_overflow(rows - 1, rows > 1 ? r->src_stride : 0, &span) ||
+	    __builtin_add_overflow(r->file_off, span, &fend) ||
+	    __builtin_add_overflow(fend, r->len, &fend) ||
+	    __builtin_mul_overflow(rows, r->len, &span) ||
+	    __builtin_add_overflow(r->dst_off, span, &dend))
+		return -EINVAL;
+	if (fend > size)
+		return -ERANGE;
+out:
+	if (file_end)
+		*file_end = fend;
+	if (dst_end)
+		*dst_end = dend;
+	return 0;
+}
+
+uint64_t gpu_walk_pos(const struct gpu_range *r, const struct gpu_walk *w)
+{
+	return r->file_off + (w->row ? w->row * r->src_stride : 0) + w->col;
+}
+
+int gpu_walk_next(const struct gpu_range *r, struct gpu_walk *w, uint64_t avail,
+		  struct gpu_rows *out)
+{
+	uint64_t rows = gpu_range_rows(r), h;
+
+	if (r->len == 0 || w->row >= rows || avail == 0)
+		return 0;
+	out->file_off = gpu_walk_pos(r, w);
+	out->dst = r->dst_off + w->row * r->len + w->col;
+	out->src_pitch = rows > 1 ? r->src_stride : r->len;
+	if (w->col == 0 && r->len <= avail) {
+		/* whole rows from here: row k fits if k * stride + len <= avail */
+		h = 1;
+		if (rows - w->row > 1 && r->src_stride <= GPU_MAX_PITCH)
+			h = MCFS_MIN(rows - w->row, 1 + (avail - r->len) / r->src_stride);
+		out->width = r->len;
+		out->height = h;
+		w->row += h;
+		return 1;
+	}
+	/* a part of the current row: to its end or to the block's */
+	out->width = MCFS_MIN(r->len - w->col, avail);
+	out->height = 1;
+	w->col += out->width;
+	if (w->col == r->len) {
+		w->row++;
+		w->col = 0;
+	}
+	return 1;
 }

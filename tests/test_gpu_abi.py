@@ -35,7 +35,8 @@ def test_struct_sizes_match_the_c_header():
     assert "sizeof(struct mcfs_prefetch_req) == %d" % len(bytes(_abi.PrefetchReq())) in hdr
     assert "sizeof(struct mcfs_bind_req) == %d" % len(bytes(_abi.BindReq())) in hdr
     assert "#define MCFS_IOCTL_ABI %d" % _abi.ABI in hdr
-    assert _abi.IOC_LOAD == 0xF0B06D01
+    assert "sizeof(struct mcfs_range) == %d" % len(bytes(_abi.Range())) in hdr
+    assert _abi.IOC_LOAD == 0xFCB06D01
     assert _abi.IOC_BIND == 0xC0786D04
 
 
@@ -77,6 +78,19 @@ def test_request_validation(mounted):
         r.ranges[0].file_off = 2 ** 64 - 1
         r.ranges[0].len = 2
         assert ioctl_errno(fd, _abi.IOC_LOAD, r) == errno.EINVAL
+        # strided ranges (ABI 3): rows of len bytes src_stride apart
+        r.ranges[0].file_off = 0
+        r.ranges[0].len = 8
+        r.ranges[0].count = 4
+        r.ranges[0].src_stride = 7  # rows would overlap
+        assert ioctl_errno(fd, _abi.IOC_LOAD, r) == errno.EINVAL
+        r.ranges[0].src_stride = 1 << 20
+        r.ranges[0].count = 3
+        r.ranges[0].file_off = (1 << 20) - 1  # the last row ends 2 bytes past EOF
+        assert ioctl_errno(fd, _abi.IOC_LOAD, r) == errno.ERANGE
+        r.ranges[0].count = 4
+        r.ranges[0].count, r.ranges[0].src_stride = 5, 2 ** 62
+        assert ioctl_errno(fd, _abi.IOC_LOAD, r) == errno.EINVAL  # end overflows
         assert ioctl_errno(fd, _abi.IOC_LOAD,
                            _abi.LoadReq(abi_version=_abi.ABI, nranges=_abi.LOAD_MAX_RANGES + 1)) \
             == errno.EINVAL
@@ -107,6 +121,8 @@ def test_info_and_no_gpu(mounted):
     try:
         r = _abi.LoadReq(abi_version=_abi.ABI, nranges=1)
         r.ranges[0].len = 100
+        assert ioctl_errno(fd, _abi.IOC_LOAD, r) == errno.ENODEV
+        r.ranges[0].count, r.ranges[0].src_stride = 3, 1 << 20  # a valid strided range
         assert ioctl_errno(fd, _abi.IOC_LOAD, r) == errno.ENODEV
         for flags in (0, _abi.BIND_F_PROVE):
             assert ioctl_errno(fd, _abi.IOC_BIND,

@@ -22,7 +22,7 @@ from conftest import ROOT, mcfs_mount, need_root
 sys.path.insert(0, os.path.join(ROOT, "gpu", "python"))
 import mcfs  # noqa: E402
 from mcfs import _abi, _select  # noqa: E402
-from libmcfs_ctypes import Selection, StHeader, libmcfs  # noqa: E402
+from libmcfs_ctypes import Selection, Slice, StHeader, libmcfs  # noqa: E402
 
 BITS = {"U8": 8, "F16": 16, "BF16": 16, "F32": 32, "I64": 64, "F64": 64, "I16": 16, "I32": 32, "BOOL": 8}
 
@@ -101,7 +101,7 @@ def test_layout_runs_and_alignment():
 def test_batches_of_the_ioctl_limit():
     rs = [(i * 10, 5, i * 5) for i in range(1100)]
     b = _select.batches(rs, _abi.LOAD_MAX_RANGES)
-    assert [len(x) for x in b] == [512, 512, 76] and sum(b, []) == rs
+    assert [len(x) for x in b] == [384, 384, 332] and sum(b, []) == rs
 
 
 def c_select(lib, raw, data_len, patterns):
@@ -150,6 +150,109 @@ def test_c_and_python_lay_out_the_same():
         rc, got = c_select(lib, raw, n, pats)
         assert rc == 0, got
         assert got == want, (pats, got, want)
+
+
+def c_slices(lib, raw, data_len, patterns, slices):
+    """mcfs_select_slices: (rc, (ranges, dst, bytes, cuts)) or (rc, message)."""
+    hp = ctypes.POINTER(StHeader)()
+    err = ctypes.create_string_buffer(4096)
+    assert lib.mcfs_st_parse(raw, len(raw), data_len, ctypes.byref(hp), err, len(err)) == 0
+    try:
+        pats = None
+        if patterns is not None:
+            pats = (ctypes.c_char_p * max(1, len(patterns)))(*[p.encode() for p in patterns])
+        sl = (Slice * max(1, len(slices)))(*slices)
+        sp = ctypes.POINTER(Selection)()
+        rc = lib.mcfs_select_slices(hp, pats, 0 if patterns is None else len(patterns), sl,
+                                    len(slices), ctypes.byref(sp), err, len(err))
+        if rc < 0:
+            return rc, err.value.decode()
+        s = sp.contents
+        doff = hp.contents.data_offset
+        ranges = []
+        for i in range(s.nranges):
+            r = s.ranges[i]
+            ranges.append((r.file_off - doff, r.len, r.dst_off)
+                          + ((r.count, r.src_stride) if r.count > 1 else ()))
+        dst = {s.tensors[i].contents.name.decode(): s.dst[i] for i in range(s.n)}
+        cuts = {s.tensors[i].contents.name.decode(): (s.cuts[i].dim, s.cuts[i].start,
+                                                      s.cuts[i].stop)
+                for i in range(s.n) if s.cuts[i].dim >= 0}
+        out = (ranges, dst, s.bytes, cuts)
+        lib.mcfs_selection_free(sp)
+        return 0, out
+    finally:
+        lib.mcfs_st_free(hp)
+
+
+def test_c_and_python_slice_the_same():
+    """Random multi-dimensional headers, slices and plans: libmcfs and the
+    Python package take the same cuts, ranges and layout, and refuse the
+    same bad slices."""
+    import json
+    from mcfs import _slices
+    lib = libmcfs()
+    rnd = random.Random(24)
+    u64 = 2 ** 64 - 1
+    lo = hi = 0
+    for trial in range(600):
+        h, at = {}, 0
+        for i in range(rnd.randint(1, 12)):
+            dt = rnd.choice(list(BITS))
+            shape = [rnd.choice([1, 2, 3, 5, 8, 13]) for _ in range(rnd.randint(0, 4))]
+            n = BITS[dt] // 8
+            for d in shape:
+                n *= d
+            h["t%d.%s" % (i, "qkvo"[i % 4])] = {"dtype": dt, "shape": shape,
+                                                "data_offsets": [at, at + n]}
+            at += n  # (the parser refuses gaps; unselected tensors cut runs)
+        raw = json.dumps(h).encode()
+        raw += b" " * (-len(raw) % 8)
+        try:
+            hd = mcfs.parse_header(raw, at)
+        except mcfs.HeaderError:
+            continue  # gaps at the end are refused; not this test's business
+        names = [t.name for t in hd.tensors]
+        pats = None if trial % 2 else rnd.sample(names, rnd.randint(1, len(names)))
+        rank, world = rnd.randint(0, 2), rnd.randint(1, 3)
+        split, slices, cs = {}, {}, []
+        if trial % 3:
+            for g in rnd.sample(["*.q", "*.k", "*.v", "*.o", "t1*", "none*"], 2):
+                split[g] = rnd.randint(-2, 2)
+                cs.append(Slice(g.encode(), split[g], world, 0, 0, rank))
+        for name in rnd.sample(names, min(len(names), rnd.randint(0, 2))):
+            dim, a = rnd.randint(-1, 3), rnd.randint(0, 9)
+            b = rnd.choice([a + rnd.randint(0, 6), u64])
+            slices[name] = (dim, a, None if b == u64 else b)
+            cs.append(Slice(name.encode(), dim, 0, a, b, 0))
+        try:
+            chosen = hd.tensors if pats is None else \
+                [t for t in hd.tensors if t.name in _select.resolve("f", names, pats)]
+            cuts = _slices.resolve_slices("f", chosen, slices or None,
+                                          rank if split else None, world if split else None,
+                                          split or None)
+            want = _slices.plan(chosen, cuts)
+        except (ValueError, KeyError) as e:
+            if rank >= world and split:
+                continue  # Python checks rank first; C too, for any entry
+            rc, msg = c_slices(lib, raw, at, pats, cs)
+            assert rc in (-errno.EINVAL, -errno.ENOENT), (trial, e, msg)
+            lo += 1
+            continue
+        if split and rank >= world:
+            continue
+        rc, got = c_slices(lib, raw, at, pats, cs)
+        assert rc == 0, (trial, got, split, slices)
+        ranges, dst, size, _ = want
+        assert got == (ranges, dst, size, cuts), (trial, split, slices)
+        hi += 1
+    assert lo > 20 and hi > 120, (lo, hi)  # both kinds tried often
+    for n in range(30):
+        for w in range(1, 6):
+            for r in range(w):
+                a, b = ctypes.c_uint64(), ctypes.c_uint64()
+                lib.mcfs_shard_bounds(n, r, w, ctypes.byref(a), ctypes.byref(b))
+                assert (a.value, b.value) == _slices.shard_bounds(n, r, w)
 
 
 def test_libmcfs_load_tensors_errors(tmp):
@@ -241,7 +344,7 @@ def ioctl_errno(fd, req):
 
 
 def test_daemon_checks_every_range_of_a_full_request(tmp):
-    """512 ranges pass the daemon's checks (ENODEV without a GPU); one bad range
+    """LOAD_MAX_RANGES ranges pass the daemon's checks (ENODEV without a GPU); one bad range
     among them, wherever it is, fails the whole request before any copy."""
     need_root()
     size = (3 << 20) + 5
@@ -265,7 +368,7 @@ def test_daemon_checks_every_range_of_a_full_request(tmp):
             r.ranges[300].file_off = size - 10  # 5000 bytes from 10 before EOF
             assert ioctl_errno(fd, r) == errno.ERANGE
             r = full()
-            r.ranges[511].file_off = 2 ** 64 - 100  # its end overflows
+            r.ranges[_abi.LOAD_MAX_RANGES - 1].file_off = 2 ** 64 - 100  # its end overflows
             assert ioctl_errno(fd, r) == errno.EINVAL
             r = full()
             r.ranges[7].file_off = size  # empty, at EOF: allowed

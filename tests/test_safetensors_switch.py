@@ -236,10 +236,14 @@ class PreadTransport:
 
     def fill(self, buf, ranges, last):
         PreadTransport.calls.append((buf.numel(), list(ranges), last))
-        for off, n, at in ranges:
-            data = os.pread(self.fd, n, off)
-            assert len(data) == n
-            buf[at:at + n].copy_(self.torch.frombuffer(bytearray(data), dtype=self.torch.uint8))
+        for r in ranges:
+            off, n, at = r[:3]
+            rows, stride = (r[3], r[4]) if len(r) > 3 else (1, 0)  # a strided range (ABI 3)
+            for i in range(rows):
+                data = os.pread(self.fd, n, off + i * stride)
+                assert len(data) == n
+                buf[at + i * n:at + (i + 1) * n].copy_(
+                    self.torch.frombuffer(bytearray(data), dtype=self.torch.uint8))
 
     def close(self, buf):
         PreadTransport.calls.append((buf.numel(), "close", True))
@@ -357,6 +361,33 @@ def test_slices_match_safetensors(tmp_path):
         assert same(torch, sl[...], want_b)
         assert same(torch, f.get_slice("f_scalar")[...], own.get_tensor("f_scalar"))
         assert same(torch, f.get_slice("c_empty")[:, 1:3], own.get_slice("c_empty")[:, 1:3])
+
+
+def test_one_dim_slices_load_only_their_bytes(tmp_path):
+    """get_slice(name)[a:b] and [:, a:b] load that slice alone (one range,
+    strided along dim 1), not the file; other indexes cut the whole tensor."""
+    torch = need_torch()
+    from safetensors import safe_open
+    p = str(tmp_path / "odd.safetensors")
+    odd_file(torch, p)
+    with safe_open(p, framework="pt") as own, fast_open(torch, p) as f:
+        for name, idx in (("a_bf16", (slice(None), slice(1, 4))),
+                          ("a_bf16", (slice(None), slice(None), slice(2, 5))),
+                          ("b_f32", slice(2, 5)), ("j_f16", (slice(None), slice(-2, None))),
+                          ("h_bool", (slice(None), slice(1, 2)))):
+            PreadTransport.calls = []
+            got = f.get_slice(name)[idx]
+            want = own.get_slice(name)[idx]
+            assert same(torch, got, want), (name, idx)
+            assert len(PreadTransport.calls) == 1, "one load, of the slice alone"
+            (r,) = PreadTransport.calls[0][1]
+            rows = r[3] if len(r) > 3 else 1
+            assert rows * r[1] == want.numel() * want.element_size(), (name, idx, r)
+        PreadTransport.calls = []
+        got = f.get_slice("b_f32")[1:3, 1:4]  # two dimensions: the whole file, then a cut
+        assert same(torch, got, own.get_slice("b_f32")[1:3, 1:4])
+        assert len(PreadTransport.calls) == 1 and len(PreadTransport.calls[0][1]) == 1
+        assert PreadTransport.calls[0][1][0][1] > 6 * 5 * 4
 
 
 def test_loads_batch_through_the_arena(tmp_path):

@@ -183,7 +183,7 @@ int mcfs_bind(int fd, const struct mcfs_devbuf *buf, void *dptr, uint64_t size)
 int mcfs_load(int fd, const struct mcfs_devbuf *buf, uint64_t size, const struct mcfs_range *ranges,
 	      unsigned n, unsigned flags, struct mcfs_load_req *stats)
 {
-	struct mcfs_load_req req; /* 12 KiB on the caller's stack: nothing allocated */
+	struct mcfs_load_req req; /* 15 KiB on the caller's stack: nothing allocated */
 
 	if (n > MCFS_LOAD_MAX_RANGES)
 		return -EINVAL;
@@ -290,8 +290,9 @@ static int64_t load_fd(int fd, const char *path, void *dptr, uint64_t capacity, 
 }
 
 static int64_t load_tensors_fd(int fd, const char *path, const char *const *patterns,
-			       size_t npatterns, void *dptr, uint64_t capacity,
-			       struct mcfs_selection **out, char *err, size_t errlen)
+			       size_t npatterns, const struct mcfs_slice *slices, size_t nslices,
+			       void *dptr, uint64_t capacity, struct mcfs_selection **out,
+			       char *err, size_t errlen)
 {
 	struct mcfs_selection *sel = NULL;
 	struct mcfs_st_header *h = NULL;
@@ -306,7 +307,7 @@ static int64_t load_tensors_fd(int fd, const char *path, const char *const *patt
 	rc = mcfs_st_read_fd(fd, &h, why, sizeof(why));
 	if (rc < 0)
 		return failf(err, errlen, rc, "%s: %s", path, why);
-	rc = mcfs_select(h, patterns, npatterns, &sel, why, sizeof(why));
+	rc = mcfs_select_slices(h, patterns, npatterns, slices, nslices, &sel, why, sizeof(why));
 	if (rc < 0) {
 		mcfs_st_free(h);
 		return failf(err, errlen, rc, "%s: %s", path, why);
@@ -347,6 +348,15 @@ int64_t mcfs_load_tensors(const char *path, const char *const *patterns, size_t 
 			  void *dptr, uint64_t capacity, struct mcfs_selection **out, char *err,
 			  size_t errlen)
 {
+	return mcfs_load_tensors_sliced(path, patterns, npatterns, NULL, 0, dptr, capacity, out,
+					err, errlen);
+}
+
+int64_t mcfs_load_tensors_sliced(const char *path, const char *const *patterns, size_t npatterns,
+				 const struct mcfs_slice *slices, size_t nslices, void *dptr,
+				 uint64_t capacity, struct mcfs_selection **out, char *err,
+				 size_t errlen)
+{
 	int64_t rc;
 	int fd;
 
@@ -357,7 +367,8 @@ int64_t mcfs_load_tensors(const char *path, const char *const *patterns, size_t 
 	fd = open(path, O_RDONLY | O_CLOEXEC);
 	if (fd < 0)
 		return failf(err, errlen, -errno, "%s: %s", path, strerror(errno));
-	rc = load_tensors_fd(fd, path, patterns, npatterns, dptr, capacity, out, err, errlen);
+	rc = load_tensors_fd(fd, path, patterns, npatterns, slices, nslices, dptr, capacity, out,
+			     err, errlen);
 	close(fd);
 	return rc;
 }

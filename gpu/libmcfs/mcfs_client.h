@@ -76,6 +76,9 @@ MCFS_API int mcfs_bind(int fd, const struct mcfs_devbuf *buf, void *dptr, uint64
 /*
  * Copies @n ranges of @fd into @buf (dst_off relative to the buffer), or
  * with @n == 0 the whole safetensors data section to the buffer's start.
+ * A range with count > 1 is strided: count rows of len bytes, src_stride
+ * apart in the file, packed in the buffer (<mcfs/mcfs_ioctl.h>); zero the
+ * ranges before filling them, so that count and src_stride are 0 otherwise.
  * @size: bytes of the buffer the load may write (0 = to the allocation's
  * end). @flags: MCFS_LOAD_F_*. @stats (may be NULL) receives the daemon's
  * answer (bytes, ns, data_offset). Returns 0 or a negative errno: -EPERM
@@ -115,6 +118,58 @@ MCFS_API int64_t mcfs_load_file(const char *path, void *dptr, uint64_t capacity,
  */
 #define MCFS_SELECT_ALIGN 256
 
+/*
+ * Slices (mcfs_select_slices, mcfs_load_tensors_sliced): of each selected
+ * tensor that `pattern` names or matches (the matching rules above), only
+ * the elements [start, stop) along dimension `dim` - what safetensors'
+ * get_slice(name)[:, ..., start:stop] gives, bitwise, in row-major order.
+ *   world == 0: an explicit slice. stop is clamped to the dimension's size
+ *     and start to stop (UINT64_MAX: to the end). The pattern must select
+ *     some tensor of the selection (-ENOENT otherwise).
+ *   world > 0: a tensor-parallel plan entry. The slice is rank's shard of
+ *     world (mcfs_shard_bounds); the pattern need not match anything, so
+ *     that one plan serves every file of a model.
+ * dim < 0 counts from the end. An explicit slice wins over a plan entry for
+ * a tensor both select; two explicit ones (or two plan entries) that
+ * select a tensor with different slices, a dim the tensor lacks, rank >= world, or a slice of a
+ * dtype of less than a byte (F4, F6) are -EINVAL. Tensors that no entry
+ * selects are loaded whole.
+ *
+ * Layout: a sliced tensor is a range of its own at the next offset aligned to
+ * MCFS_SELECT_ALIGN, after the tensors before it in the file; whole tensors
+ * keep the runs described above. A slice along dim 0 is one contiguous range;
+ * along dim d > 0 it is one strided range (count, src_stride: see
+ * <mcfs/mcfs_ioctl.h>), so that only the slice's bytes are copied.
+ */
+struct mcfs_slice {
+	const char *pattern; /* a tensor's name or a glob */
+	int32_t dim;	     /* the dimension; negative: from the end */
+	uint32_t world;	     /* 0: [start, stop) below; else a plan entry */
+	uint64_t start;	     /* world == 0: first element along dim */
+	uint64_t stop;	     /* world == 0: one past the last (clamped) */
+	uint32_t rank;	     /* world > 0: this process's shard, 0 .. world - 1 */
+	uint32_t pad;
+};
+
+/* What a selection took of one tensor. */
+struct mcfs_cut {
+	int32_t dim;	      /* -1: the whole tensor; else the dimension sliced */
+	uint64_t start, stop; /* along dim: the result's shape is the tensor's with
+				 shape[dim] = stop - start */
+	uint64_t bytes;	      /* of the result, at the tensor's dst offset */
+};
+
+/*
+ * [*start, *stop) of rank's shard of n elements split world ways: ceil(n /
+ * world) elements each, the last ranks' shorter or empty when world does not
+ * divide n (as torch.chunk splits). vLLM's linear layers require n to
+ * divide; then every shard is n / world. (vLLM's VocabParallelEmbedding cuts
+ * a vocabulary padded to a multiple of 64: use explicit slices there.) Can't
+ * fail: rank >= world gives an empty shard at n, world 0 the whole.
+ */
+MCFS_API void mcfs_shard_bounds(uint64_t n, uint32_t rank, uint32_t world, uint64_t *start,
+				uint64_t *stop);
+
 struct mcfs_selection {
 	const struct mcfs_st_header *header;   /* borrowed, or owned (mcfs_load_tensors) */
 	size_t n;			       /* tensors selected */
@@ -125,6 +180,7 @@ struct mcfs_selection {
 	size_t nranges;
 	struct mcfs_range *ranges; /* nranges runs: file_off absolute, dst_off in the buffer */
 	int owns_header;	   /* private: mcfs_selection_free frees header too */
+	struct mcfs_cut *cuts;	   /* n: what was taken of each tensor (dim -1: all of it) */
 };
 
 /*
@@ -136,6 +192,16 @@ struct mcfs_selection {
  */
 MCFS_API int mcfs_select(const struct mcfs_st_header *h, const char *const *patterns,
 			 size_t npatterns, struct mcfs_selection **out, char *err, size_t errlen);
+
+/*
+ * mcfs_select, with the @nslices slices of @slices (NULL: none) applied to
+ * the selected tensors (see struct mcfs_slice). Returns 0 with *out set,
+ * -ENOENT (@err names the patterns, of @patterns or of explicit slices,
+ * that select nothing), -EINVAL (@err says which slice and why), -ENOMEM.
+ */
+MCFS_API int mcfs_select_slices(const struct mcfs_st_header *h, const char *const *patterns,
+				size_t npatterns, const struct mcfs_slice *slices, size_t nslices,
+				struct mcfs_selection **out, char *err, size_t errlen);
 
 /* Frees a selection (and its header if it owns it). Accepts NULL. */
 MCFS_API void mcfs_selection_free(struct mcfs_selection *s);
@@ -166,6 +232,20 @@ MCFS_API int mcfs_load_selection(int fd, const struct mcfs_devbuf *buf, uint64_t
 MCFS_API int64_t mcfs_load_tensors(const char *path, const char *const *patterns, size_t npatterns,
 				   void *dptr, uint64_t capacity, struct mcfs_selection **out,
 				   char *err, size_t errlen);
+
+/*
+ * mcfs_load_tensors with slices (struct mcfs_slice; @slices NULL: none):
+ * each sliced tensor's result lies at its dst offset, (*out)->cuts says its
+ * dimension and bounds. Returns the bytes copied (only the slices' bytes for
+ * sliced tensors), or mcfs_load_tensors' errors and -EINVAL for a bad slice.
+ * A tensor-parallel rank of a Llama model, say, passes
+ *   {"*.q_proj.weight", 0, 2, 0, 0, rank}, ... {"*.o_proj.weight", 1, 2, 0, 0, rank}
+ * (column-parallel weights on dim 0, row-parallel ones on dim 1, world 2).
+ */
+MCFS_API int64_t mcfs_load_tensors_sliced(const char *path, const char *const *patterns,
+					  size_t npatterns, const struct mcfs_slice *slices,
+					  size_t nslices, void *dptr, uint64_t capacity,
+					  struct mcfs_selection **out, char *err, size_t errlen);
 
 #ifdef __cplusplus
 }

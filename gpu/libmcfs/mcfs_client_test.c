@@ -45,10 +45,10 @@ int main(int argc, char **argv)
 	rc = mcfs_devbuf_from_ptr(host, &buf);
 	CHECK(rc == -ENODEV || rc == -EOPNOTSUPP, "host memory as a device buffer: %d", rc);
 
-	CHECK(sizeof(struct mcfs_load_req) == 12464 && sizeof(struct mcfs_info) == 304 &&
+	CHECK(sizeof(struct mcfs_load_req) == 15536 && sizeof(struct mcfs_info) == 304 &&
 		  sizeof(struct mcfs_prefetch_req) == 56,
 	      "ABI sizes");
-	CHECK(MCFS_IOC_LOAD == 0xf0b06d01ul, "MCFS_IOC_LOAD = %#lx", (unsigned long)MCFS_IOC_LOAD);
+	CHECK(MCFS_IOC_LOAD == 0xfcb06d01ul, "MCFS_IOC_LOAD = %#lx", (unsigned long)MCFS_IOC_LOAD);
 	CHECK(MCFS_IOC_BIND == 0xc0786d04ul, "MCFS_IOC_BIND = %#lx", (unsigned long)MCFS_IOC_BIND);
 	close(fd);
 	unlink(path);

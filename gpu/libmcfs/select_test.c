@@ -2,7 +2,8 @@
  * select_test.c - libmcfs's tensor selection without a mount or a GPU: names
  * and globs, the error that names every pattern selecting nothing, runs of
  * adjacent tensors coalesced into one range, the alignment a run keeps, and
- * the whole-file layout when everything is selected. Exits 0 on pass, 1 on
+ * the whole-file layout when everything is selected, and slices (explicit,
+ * a tensor-parallel plan, and their errors). Exits 0 on pass, 1 on
  * fail. tests/test_gpu_select.py checks that the Python package lays out the
  * same selections the same way.
  */
@@ -124,6 +125,64 @@ static void test_names_and_errors(const struct mcfs_st_header *h)
 	CHECK(rc == -ENOENT && strlen(err) < 20, "%d", rc);
 }
 
+/* Slices (struct mcfs_slice): w is F32 [4, 6] at 0-96, n F16 [6] at 96-108. */
+static void test_slices(void)
+{
+	static const char J[] =
+	    "{\"w\":{\"dtype\":\"F32\",\"shape\":[4,6],\"data_offsets\":[0,96]},"
+	    "\"n\":{\"dtype\":\"F16\",\"shape\":[6],\"data_offsets\":[96,108]}}";
+	struct mcfs_slice cols = {.pattern = "w", .dim = 1, .start = 2, .stop = 5};
+	struct mcfs_slice plan = {.pattern = "*", .dim = 0, .world = 3, .rank = 2};
+	struct mcfs_slice bad[] = {{.pattern = "w", .dim = 2, .stop = 1},
+				   {.pattern = "zz", .dim = 0, .stop = 1},
+				   {.pattern = "*", .dim = 0, .world = 3, .rank = 3}};
+	struct mcfs_st_header *h = NULL;
+	struct mcfs_selection *s;
+	uint64_t a, b;
+	char err[256];
+	int rc;
+
+	CHECK(mcfs_st_parse(J, sizeof(J) - 1, 108, &h, err, sizeof(err)) == 0, "%s", err);
+	if (!h)
+		return;
+	/* columns 2-4 of w: 4 rows of 12 bytes, 24 apart; n whole after it */
+	rc = mcfs_select_slices(h, NULL, 0, &cols, 1, &s, err, sizeof(err));
+	CHECK(rc == 0, "%d %s", rc, err);
+	if (rc == 0) {
+		CHECK(s->n == 2 && s->nranges == 2 && s->bytes == 108 && s->copy_bytes == 60);
+		CHECK(s->ranges[0].file_off == h->data_offset + 8 && s->ranges[0].len == 12 &&
+		      s->ranges[0].count == 4 && s->ranges[0].src_stride == 24 &&
+		      s->ranges[0].dst_off == 0);
+		CHECK(s->cuts[0].dim == 1 && s->cuts[0].start == 2 && s->cuts[0].stop == 5 &&
+		      s->cuts[0].bytes == 48);
+		CHECK(s->ranges[1].file_off == h->data_offset + 96 && s->ranges[1].len == 12 &&
+		      s->ranges[1].count == 0 && s->dst[1] == 96 && s->cuts[1].dim == -1);
+		mcfs_selection_free(s);
+	}
+	/* rank 2 of 3 along dim 0: w's 4 rows give 2, 2, 0 (empty: no range); n's
+	 * 6 elements give 2 each, rank 2 the last two at 104 */
+	rc = mcfs_select_slices(h, NULL, 0, &plan, 1, &s, err, sizeof(err));
+	CHECK(rc == 0, "%d %s", rc, err);
+	if (rc == 0) {
+		CHECK(s->nranges == 1 && s->ranges[0].file_off == h->data_offset + 104 &&
+		      s->ranges[0].len == 4 && s->ranges[0].dst_off == 0 && s->copy_bytes == 4);
+		CHECK(s->cuts[0].dim == 0 && s->cuts[0].start == 4 && s->cuts[0].stop == 4 &&
+		      s->cuts[0].bytes == 0);
+		mcfs_selection_free(s);
+	}
+	rc = mcfs_select_slices(h, NULL, 0, &bad[0], 1, &s, err, sizeof(err));
+	CHECK(rc == -EINVAL && strstr(err, "2 dimensions"), "%d %s", rc, err);
+	rc = mcfs_select_slices(h, NULL, 0, &bad[1], 1, &s, err, sizeof(err));
+	CHECK(rc == -ENOENT && strstr(err, "'zz'"), "%d %s", rc, err);
+	rc = mcfs_select_slices(h, NULL, 0, &bad[2], 1, &s, err, sizeof(err));
+	CHECK(rc == -EINVAL && strstr(err, "rank 3"), "%d %s", rc, err);
+	mcfs_shard_bounds(10, 3, 4, &a, &b);
+	CHECK(a == 9 && b == 10, "%llu %llu", (unsigned long long)a, (unsigned long long)b);
+	mcfs_shard_bounds(2, 3, 4, &a, &b);
+	CHECK(a == 2 && b == 2);
+	mcfs_st_free(h);
+}
+
 int main(void)
 {
 	struct mcfs_st_header *h = parse();
@@ -133,6 +192,7 @@ int main(void)
 	test_all(h);
 	test_runs_and_alignment(h);
 	test_names_and_errors(h);
+	test_slices();
 	mcfs_st_free(h);
 	if (failures)
 		return T_EXIT_FAIL;

@@ -27,7 +27,8 @@
  *   EPROTO     abi_version is not MCFS_IOCTL_ABI.
  *   ENOTTY     not an mcfs ioctl (or an older daemon that lacks it).
  *   EINVAL     malformed request: unknown flags, nranges too large, a range
- *              whose end overflows. (A safetensors file with an empty data
+ *              whose end overflows, a strided range (count > 1) whose
+ *              src_stride is less than its len. (A safetensors file with an empty data
  *              section loads 0 bytes and succeeds.)
  *   ERANGE     a file range past the end of the file.
  *   EBADMSG    no range given and the file is not a valid safetensors file
@@ -53,16 +54,18 @@
 #include <stdint.h>
 #include <sys/ioctl.h>
 
-/* 2: loads need a binding first (MCFS_IOC_BIND). */
-#define MCFS_IOCTL_ABI 2
+/* 2: loads need a binding first (MCFS_IOC_BIND).
+ * 3: a range may be strided (count, src_stride): tensor slices. */
+#define MCFS_IOCTL_ABI 3
 
 /* Bytes of a cudaIpcMemHandle_t / CUipcMemHandle (CUDA_IPC_HANDLE_SIZE). */
 #define MCFS_IPC_HANDLE_SIZE 64
 
-/* Ranges per load request: 512 * 24 bytes keeps the struct near 12 KiB,
+/* Ranges per load request: 384 * 40 bytes keeps the struct near 15 KiB,
  * under FUSE's 16383-byte limit. A loader with more tensors than this either
- * loads the whole data section (nranges = 0) or coalesces adjacent tensors. */
-#define MCFS_LOAD_MAX_RANGES 512
+ * loads the whole data section (nranges = 0), coalesces adjacent tensors, or
+ * sends several requests. */
+#define MCFS_LOAD_MAX_RANGES 384
 
 /* Flags of struct mcfs_load_req. */
 #define MCFS_LOAD_F_CLOSE                                                                          \
@@ -70,11 +73,25 @@
 		will not send this buffer again (one-shot loads) */
 #define MCFS_LOAD_F_ALL MCFS_LOAD_F_CLOSE
 
-/* One copy: file bytes [file_off, file_off + len) to buffer + dst_offset + dst_off. */
+/*
+ * One copy of `count` rows of `len` bytes each (count 0 means 1): row i is
+ * the file bytes [file_off + i * src_stride, + len), and goes to buffer +
+ * dst_offset + dst_off + i * len (the rows land packed, one after the
+ * other). With count <= 1, src_stride is ignored and the range is the plain
+ * file bytes [file_off, file_off + len). A strided range (count > 1) needs
+ * src_stride >= len (EINVAL otherwise); its last byte, file_off + (count - 1)
+ * * src_stride + len, must lie in the file (ERANGE). A slice of a row-major
+ * tensor along a dimension d > 0 is one strided range: count = the product
+ * of the dimensions before d, len = the slice's bytes per such row,
+ * src_stride = the tensor's bytes per such row. Only the rows' bytes cross
+ * PCIe (cudaMemcpy2DAsync from the pinned RAM tier).
+ */
 struct mcfs_range {
 	uint64_t file_off;
 	uint64_t len;
 	uint64_t dst_off;
+	uint64_t count;
+	uint64_t src_stride;
 };
 
 struct mcfs_load_req {
@@ -174,8 +191,8 @@ struct mcfs_info {
 #endif
 
 /* Layout is the ABI: these sizes are part of it (checked by the Python package too). */
-MCFS_ABI_ASSERT(sizeof(struct mcfs_range) == 24, "mcfs_range layout");
-MCFS_ABI_ASSERT(sizeof(struct mcfs_load_req) == 12464, "mcfs_load_req layout");
+MCFS_ABI_ASSERT(sizeof(struct mcfs_range) == 40, "mcfs_range layout");
+MCFS_ABI_ASSERT(sizeof(struct mcfs_load_req) == 15536, "mcfs_load_req layout");
 MCFS_ABI_ASSERT(sizeof(struct mcfs_load_req) <= 16383, "FUSE restricted ioctl size");
 MCFS_ABI_ASSERT(sizeof(struct mcfs_prefetch_req) == 56, "mcfs_prefetch_req layout");
 MCFS_ABI_ASSERT(sizeof(struct mcfs_info) == 304, "mcfs_info layout");

@@ -10,7 +10,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 [ -x build/fs/mcfs ] || { echo "build/fs/mcfs is missing: build first" >&2; exit 1; }
-need=(build/fs/mcfs build/gpu/libmcfs.so.1 "$(command -v fusermount3)")
+need=(build/fs/mcfs build/gpu/libmcfs.so.2 "$(command -v fusermount3)")
 command -v nginx >/dev/null && need+=("$(command -v nginx)")
 command -v curl >/dev/null && need+=("$(command -v curl)")
 rm -rf .carry && mkdir -p .carry/bin .carry/lib

@@ -15,7 +15,7 @@ import pytest
 from gpuutil import ROOT, need_gpu
 from conftest import mcfs_mount
 
-LIB = os.environ.get("MCFS_LIB", os.path.join(ROOT, "build", "gpu", "libmcfs.so.1"))
+LIB = os.environ.get("MCFS_LIB", os.path.join(ROOT, "build", "gpu", "libmcfs.so.2"))
 
 
 def libmcfs():

@@ -14,6 +14,13 @@ A rank that owns part of a shard loads only that part:
 tensors, and returns only them. A name or glob that selects nothing raises
 UnknownTensorError (a KeyError) naming it.
 
+A tensor-parallel rank loads slices: `slices={name_or_glob: (dim, start,
+stop)}` takes `t[..., start:stop, ...]` along `dim` of the tensors a key
+selects, and a plan `rank=r, world=w, split={glob: dim}` takes rank r's
+shard of w along `dim` of each tensor a glob matches (ceil-divided, the
+last shard shorter: see _slices.py). Only the slices' bytes are copied to
+the GPU; each result is bitwise `safe_open(...).get_slice(name)[...]`.
+
 On a file outside mcfs, with no GPU (here or in the daemon), or for a
 dtype the fast path does not lay out (F4, F6), it prints a one-line notice
 on stderr and returns `safetensors.torch.load_file(path, device=device)`
@@ -40,11 +47,13 @@ from ._header import parse as parse_header
 from ._loader import IoctlTransport, odd_dtypes, torch_dtype
 from ._select import UnknownTensorError
 from . import _select
+from . import _slices
+from ._slices import shard_bounds
 from ._switch import patch_safetensors, unpatch_safetensors
 
 __all__ = ["load_file", "info", "prefetch", "read_header", "parse_header", "Header",
            "HeaderError", "McfsError", "UnknownTensorError", "fast_path_reason",
-           "patch_safetensors", "unpatch_safetensors", "__version__"]
+           "patch_safetensors", "unpatch_safetensors", "shard_bounds", "__version__"]
 
 # The release this package belongs to: the same as the daemon's MCFS_VERSION
 # (common/mcfs.h); pyproject.toml reads it from here.
@@ -141,13 +150,17 @@ def _notice(path, reason):
     sys.stderr.write("mcfs: %s: %s; loading with safetensors instead\n" % (path, reason))
 
 
-def _fallback(path, device, reason, tensors=None):
+def _fallback(path, device, reason, tensors=None, cut=None):
+    """safetensors' own load; `cut(names)` gives the slices of those names."""
     _notice(path, reason)
     import safetensors.torch as st
-    if tensors is not None:
+    if tensors is not None or cut is not None:
         with st.safe_open(path, framework="pt", device=device) as f:
-            names = _select.resolve(path, f.keys(), tensors)
-            return {k: f.get_tensor(k) for k in sorted(names)}
+            names = _select.resolve(path, f.keys(), tensors) if tensors is not None \
+                else set(f.keys())
+            cuts = cut(names) if cut is not None else {}
+            return {k: f.get_slice(k)[_slices.index(*cuts[k])] if k in cuts else f.get_tensor(k)
+                    for k in sorted(names)}
     # With the switch on, this goes through its safe_open, which hands every
     # load the fast path cannot do (the reason above) to safetensors' own.
     return st.load_file(path, device=device)
@@ -177,14 +190,23 @@ def _views(torch, buf, tensors, dst):
     return {k: out[k] for k in sorted(out)}
 
 
-def load_file(path, device="cuda:0", tensors=None):
+def load_file(path, device="cuda:0", tensors=None, slices=None, rank=None, world=None,
+              split=None):
     """Loads a safetensors file into `device` memory; see the module docstring.
 
     `tensors`: None for all, else names or glob patterns (fnmatch) of the
     tensors to load; only those are fetched, copied and returned.
+    `slices`: {name or glob: (dim, start, stop)}, a slice of each tensor a
+    key selects (of those `tensors` selects), with Python's slicing rules.
+    `rank`, `world`, `split`: a tensor-parallel plan, {glob: dim}: of each
+    tensor a glob matches, rank's shard of world along dim (shard_bounds).
+    `slices` wins over `split` for a tensor both select; tensors neither
+    selects load whole. See _slices.py for the rules.
 
     Raises HeaderError for a malformed file, UnknownTensorError (a KeyError)
-    for names or globs that select no tensor, McfsError (an OSError) when the
+    for names or globs (of `tensors` or `slices`) that select no tensor,
+    ValueError for a bad slice or plan (a dim the tensor lacks, two keys
+    with different slices of one tensor, rank outside [0, world)), McfsError (an OSError) when the
     daemon refuses or fails the load (errno as in include/mcfs/mcfs_ioctl.h;
     EPROTO for a daemon that speaks another ioctl ABI), and OSError(EOPNOTSUPP)
     when the buffer cannot be exported with CUDA IPC.
@@ -193,11 +215,24 @@ def load_file(path, device="cuda:0", tensors=None):
 
     path = os.fspath(path)
     fd = os.open(path, os.O_RDONLY)
+    slicing = slices is not None or split is not None or rank is not None or world is not None
+    header = None
     try:
+        if slicing:
+            header = read_header_fd(fd)
+
+            def cut(names):
+                return _slices.resolve_slices(
+                    path, [t for t in header.tensors if t.name in names], slices, rank, world,
+                    split)
+            cut(set(t.name for t in header.tensors))  # bad slices raise before any load
+        else:
+            cut = None
         reason = fast_path_reason(fd, device, torch, path)
         if reason is not None:
-            return _fallback(path, device, reason, tensors)
-        header = read_header_fd(fd)
+            return _fallback(path, device, reason, tensors, cut)
+        if header is None:
+            header = read_header_fd(fd)
         chosen = header.tensors
         if tensors is not None:
             names = _select.resolve(path, (t.name for t in header.tensors), tensors)
@@ -207,26 +242,29 @@ def load_file(path, device="cuda:0", tensors=None):
         odd = odd_dtypes(torch, chosen)
         if odd:
             return _fallback(path, device, "dtype %s not laid out by mcfs" % ", ".join(odd),
-                             tensors)
-        ranges, dst, size = _select.plan(chosen)
+                             tensors, cut)
+        cuts = cut(set(t.name for t in chosen)) if cut is not None else {}
+        ranges, dst, size, views = _slices.plan(chosen, cuts)
         dev = _torch_device(torch, device)
         buf = torch.empty(max(size, 1), dtype=torch.uint8, device=dev)
         if ranges:
             _load_into(fd, path, torch, buf, header, ranges)
-        return _views(torch, buf[:size], chosen, dst)
+        return _views(torch, buf[:size], views, dst)
     finally:
         os.close(fd)
 
 
 def _load_into(fd, path, torch, buf, header, ranges):
-    """Copies `ranges` (data-section offset, length, buffer offset) into buf.
+    """Copies `ranges` (data-section offset, length, buffer offset[, count,
+    src_stride]) into buf.
 
     More ranges than one request holds go in several requests; the daemon
     keeps the buffer's IPC mapping open between them and closes it with the
     last (or, after a failure, with an empty request that only closes)."""
     base = header.data_offset
     transport = IoctlTransport(torch, fd, path)
-    todo = _select.batches([(base + off, n, at) for off, n, at in ranges], _abi.LOAD_MAX_RANGES)
+    todo = _select.batches([(base + r[0],) + tuple(r[1:]) for r in ranges],
+                           _abi.LOAD_MAX_RANGES)
     try:
         for i, batch in enumerate(todo):
             # one-shot: after the last request the daemon keeps no mapping of this buffer

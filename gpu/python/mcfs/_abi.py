@@ -7,9 +7,9 @@ import ctypes
 import errno
 import os
 
-ABI = 2
+ABI = 3
 IPC_HANDLE_SIZE = 64
-LOAD_MAX_RANGES = 512
+LOAD_MAX_RANGES = 384
 LOAD_F_CLOSE = 0x1
 BIND_F_PROVE = 0x1
 BIND_NONCE_SIZE = 16
@@ -17,7 +17,8 @@ BIND_NONCE_SIZE = 16
 
 class Range(ctypes.Structure):
     _fields_ = [("file_off", ctypes.c_uint64), ("len", ctypes.c_uint64),
-                ("dst_off", ctypes.c_uint64)]
+                ("dst_off", ctypes.c_uint64), ("count", ctypes.c_uint64),
+                ("src_stride", ctypes.c_uint64)]
 
 
 class LoadReq(ctypes.Structure):
@@ -81,8 +82,8 @@ class BindReq(ctypes.Structure):
     ]
 
 
-assert ctypes.sizeof(Range) == 24
-assert ctypes.sizeof(LoadReq) == 12464
+assert ctypes.sizeof(Range) == 40
+assert ctypes.sizeof(LoadReq) == 15536
 assert ctypes.sizeof(PrefetchReq) == 56
 assert ctypes.sizeof(Info) == 304
 assert ctypes.sizeof(BindReq) == 120
@@ -124,7 +125,7 @@ def ioctl(fd, cmd, struct):
     """Sends `struct` (read and written in place). Raises OSError.
 
     Through libc with ctypes, not fcntl.ioctl. With fcntl.ioctl and a load
-    request (12 KiB) the caller's other threads stood still for the whole
+    request (15 KiB) the caller's other threads stood still for the whole
     load on CPython 3.12 (a server thread of the same process that the daemon
     was reading from never ran: a deadlock); CPython copies buffers of up to
     1 KiB and releases the GIL around those only, in the versions seen. Newer
@@ -139,7 +140,9 @@ def ioctl(fd, cmd, struct):
 
 def load_request(db, ranges, flags, dst_size):
     """A LoadReq for the device buffer `db` (a _cuda.DevBuf) of `dst_size` bytes
-    and the (file_off, len, dst_off) `ranges` (at most LOAD_MAX_RANGES)."""
+    and the `ranges` (at most LOAD_MAX_RANGES): (file_off, len, dst_off), or
+    (file_off, len, dst_off, count, src_stride) for `count` rows of `len` bytes
+    `src_stride` apart in the file, packed in the buffer (a tensor slice)."""
     if not 0 < len(ranges) <= LOAD_MAX_RANGES:
         raise ValueError("%d ranges in one load (1 to %d)" % (len(ranges), LOAD_MAX_RANGES))
     req = LoadReq()
@@ -149,10 +152,13 @@ def load_request(db, ranges, flags, dst_size):
     req.device_uuid[:] = db.uuid
     req.device = db.device
     req.nranges = len(ranges)
-    for i, (file_off, n, dst_off) in enumerate(ranges):
-        req.ranges[i].file_off = file_off
-        req.ranges[i].len = n
-        req.ranges[i].dst_off = dst_off
+    for i, r in enumerate(ranges):
+        req.ranges[i].file_off = r[0]
+        req.ranges[i].len = r[1]
+        req.ranges[i].dst_off = r[2]
+        if len(r) > 3:
+            req.ranges[i].count = r[3]
+            req.ranges[i].src_stride = r[4]
     req.dst_offset = db.offset
     req.dst_size = dst_size
     return req

@@ -79,7 +79,8 @@ class IoctlTransport:
         self._db_ptr, self._db = None, None
 
     def fill(self, buf, ranges, last):
-        """Copies each (file_off, len, buf_off) of `ranges` into uint8 tensor `buf`.
+        """Copies each (file_off, len, buf_off[, count, src_stride]) of `ranges`
+        into uint8 tensor `buf` (_abi.load_request says what they mean).
 
         `last`: the daemon closes its mapping of buf after this load. Raises
         McfsError (an OSError) when the daemon refuses or fails.
@@ -103,7 +104,7 @@ class IoctlTransport:
             _abi.ioctl(self.fd, _abi.IOC_LOAD, req)
         except OSError as e:
             raise _load_error(self.path, e) from None
-        want = sum(n for _, n, _ in ranges)
+        want = sum(r[1] * (max(r[3], 1) if len(r) > 3 else 1) for r in ranges)
         if req.bytes != want:
             raise McfsError(errno.EIO, "mcfs: loading %s: %d of %d bytes copied"
                             % (self.path, req.bytes, want))
@@ -197,3 +198,24 @@ def load_tensors(torch, transport, header, tensors, device, arena_bytes=None):
                 at += n
         del arena  # freed in stream order: the copies above are queued before any reuse
     return {t.name: out[t.name] for t in tensors}
+
+
+def load_slice(torch, transport, header, entry, sl, device):
+    """Loads the slice `sl` = (dim, start, stop) of header Tensor `entry` to
+    `device`, in an allocation of its own: one range of the ioctl, strided
+    for dim > 0, so that only the slice's bytes are copied. The result has
+    the slice's shape and is contiguous."""
+    from . import _slices
+    v, (off, n, count, stride) = _slices.sliced(entry, sl)
+    dt = torch_dtype(torch, entry.dtype)
+    if v.end == 0:
+        return torch.empty(v.shape, dtype=dt, device=device)
+    # 16 bytes at least: the room a binding's nonce needs (_abi.bind)
+    room = torch.empty(max(v.end, _abi.BIND_NONCE_SIZE), dtype=torch.uint8, device=device)
+    r = (header.data_offset + off, n, 0) + ((count, stride) if count > 1 else ())
+    transport.fill(room, [r], True)
+    raw = room
+    if room.numel() > v.end:
+        raw = torch.empty(v.end, dtype=torch.uint8, device=device)
+        raw.copy_(room[:v.end])
+    return raw.view(dt).view(v.shape)

@@ -3,9 +3,8 @@
 FastSafeOpen stands in for `safe_open(path, framework="pt", device=<CUDA>)`
 on a file of an mcfs mount whose daemon has a working GPU path. It answers
 as safetensors does - keys() sorted, offset_keys(), metadata(), get_tensor(),
-get_tensors(), get_slice() (get_shape, get_dtype, and indexing as torch
-indexes the whole tensor: what safetensors 0.8 does for "pt", results being
-views of that tensor), the context manager, SafetensorError for an unknown
+get_tensors(), get_slice() (get_shape, get_dtype, and indexing), the
+context manager, SafetensorError for an unknown
 name and "File is closed" after it - and any other attribute comes from
 safetensors' own object for the same file, opened when first needed.
 
@@ -14,6 +13,17 @@ transfer of the file is what makes the fast path fast; callers that open a
 file for the GPU read all or most of it), and each tensor is handed out once
 from there; a second read of the same name loads that tensor alone. What
 was not handed out is freed when the file is closed.
+
+get_slice(name)[idx] where idx slices one dimension with step 1 and in
+bounds - `[a:b]`, `[:, a:b]`, `[:, :, a:b]` - loads only that slice, one
+strided range whose bytes alone cross PCIe (a tensor-parallel rank's
+shard, read as safetensors documents sharded loading), and it does not load
+the whole file. The result is contiguous, with safetensors' values, dtype and shape.
+Any other index (ints, steps, several dimensions, Ellipsis, bounds past the
+end, an empty or whole-dimension slice), a sub-byte dtype, or a tensor that
+an earlier read already brought whole to the device, is answered as before:
+from the whole tensor, indexed as torch indexes it, as safetensors 0.8 does
+for "pt" (results are views of that tensor).
 
 CpuSafeOpen wraps safetensors' own object for `device="cpu"` opens while a
 framework hook is on (transformers 5 opens every shard on the CPU and moves
@@ -26,6 +36,7 @@ exported with CUDA IPC, the daemon lost its GPU), the same call is answered
 by safetensors' own object, with a one-line notice.
 """
 import errno
+import operator
 import os
 import sys
 import threading
@@ -97,6 +108,17 @@ class FileLoads:
         if t is None:
             t = self._load([entry], device)[entry.name]
         return t
+
+    def holds(self, entry, device):
+        """Whether the whole tensor `entry` waits on `device` (a whole-file load)."""
+        with self._lock:
+            return entry.name in self._left.get(device, {})
+
+    def take_slice(self, entry, device, sl):
+        """Slice `sl` = (dim, start, stop) of `entry` on `device`, loaded alone.
+        Raises OSError (McfsError) from the load."""
+        tr = self.transport(self.torch, self.fd, self.path)
+        return _loader.load_slice(self.torch, tr, self.header, entry, sl, device)
 
     def drop(self):
         """Frees what was not handed out."""
@@ -227,9 +249,26 @@ class FastSlice:
     def get_dtype(self):
         return self._e.dtype
 
+    def _sliced(self, sl):
+        """The slice loaded alone, or None when safetensors' own reader must answer."""
+        f = self._f
+        if not f._fallback:
+            try:
+                return f._loads.take_slice(self._e, f._device, sl)
+            except OSError as e:
+                if e.errno not in FALLBACK_ERRNOS:
+                    raise
+                notice(f._path, str(e))
+                f._fallback = True
+        return None
+
     def __getitem__(self, idx):
         self._f._check()
         t = self._full
+        sl = one_dim(idx, self._e) if t is None else None
+        if sl is not None and not self._f._loads.holds(self._e, self._f._device):
+            r = self._sliced(sl)
+            return self._f._original().get_slice(self._e.name)[idx] if r is None else r
         if t is None:
             t = self._f._take(self._e)
             if t is None:
@@ -245,6 +284,45 @@ class FastSlice:
 
     def __repr__(self):
         return "<mcfs slice %r %s %s>" % (self._e.name, self._e.dtype, list(self._e.shape))
+
+
+def _int(v):
+    if v is None or isinstance(v, bool):
+        return v if v is None else False
+    try:
+        return operator.index(v)
+    except TypeError:
+        return False
+
+
+def one_dim(idx, entry):
+    """(dim, start, stop) when `idx` slices one dimension of header Tensor
+    `entry` with step 1, 0 <= start < stop <= its size, and not the whole of
+    it, its other dimensions whole (leading `:`s, trailing ones omitted or
+    `:`); else None (the whole tensor answers, see the module)."""
+    from ._header import DTYPE_BITS
+    if DTYPE_BITS.get(entry.dtype, 1) % 8:
+        return None
+    parts = idx if isinstance(idx, tuple) else (idx,)
+    shape = entry.shape
+    if not 0 < len(parts) <= len(shape) or not all(isinstance(p, slice) for p in parts):
+        return None
+    cut = None
+    for d, p in enumerate(parts):
+        start, stop, step = _int(p.start), _int(p.stop), _int(p.step)
+        if start is False or stop is False or step is False or step not in (None, 1):
+            return None
+        if start is None and stop is None:
+            continue
+        if cut is not None:
+            return None  # a second sliced dimension
+        n = shape[d]
+        start = 0 if start is None else start + n if start < 0 else start
+        stop = n if stop is None else stop + n if stop < 0 else stop
+        if not 0 <= start < stop <= n or (start, stop) == (0, n):
+            return None
+        cut = (d, start, stop)
+    return cut
 
 
 class CpuSafeOpen:
