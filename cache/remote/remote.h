@@ -101,8 +101,12 @@ MCFS_MUST_CHECK int remote_readlink(struct remote *r, const char *path, char *bu
 
 /*
  * Reads [off, off+len) of @obj into buf. Returns the bytes read: len, or less
- * only where the range passes obj->size. A store that returns fewer bytes than
- * that, or a different version, gives -ESTALE: never mixed bytes.
+ * only where the range passes obj->size; never a short count otherwise, and
+ * never mixed bytes. Another version gives -ESTALE. An answer of other bytes
+ * than those asked for (a short or long body, a status other than a 206 of
+ * exactly the range or a 200 of the whole object) gives -EIO from the http
+ * and s3 stores; the posix store gives -ESTALE for a file that came up short,
+ * since a file of the version opened cannot.
  * buf must stay valid for the call; it is aligned to 4096 and may be written
  * up to len rounded up to 4096 (O_DIRECT).
  */
