@@ -177,6 +177,65 @@ def test_daemonset_contract():
     assert re.search(r"^allow_other\s*=\s*true$", cms[0]["data"]["mcfs.conf"], re.M)
 
 
+def test_daemonset_operability():
+    """Issue 25: the daemon is evicted last, holds no API token, runs in a namespace that
+    admits it, and a busy daemon is not restarted by its probes (a restart unmounts the node's
+    models)."""
+    docs = load_all(DAEMONSET)
+    ds, spec, c = container(docs, "DaemonSet")
+    assert spec["priorityClassName"] == "system-node-critical"
+    assert spec["automountServiceAccountToken"] is False
+    ns = [d for d in docs if d["kind"] == "Namespace"]
+    assert len(ns) == 1 and ns[0]["metadata"]["name"] == ds["metadata"]["namespace"]
+    assert ns[0]["metadata"]["labels"]["pod-security.kubernetes.io/enforce"] == "privileged"
+    live = c["livenessProbe"]
+    assert live["httpGet"] == {"path": "/metrics", "port": "metrics"}
+    assert live["timeoutSeconds"] == 10 and live["failureThreshold"] == 10
+    assert live["periodSeconds"] == 30
+    # at least 5 minutes without an answer before a restart
+    assert live["periodSeconds"] * live["failureThreshold"] >= 300
+    ready = c["readinessProbe"]
+    assert "/proc/mounts" in " ".join(ready["exec"]["command"])
+    assert ready["timeoutSeconds"] == 5
+
+
+def test_example_pod_security():
+    """Issue 25: the inference pod runs in its own namespace that enforces `privileged`
+    (hostPath) and warns and audits at `restricted`, and meets `restricted` in all but the
+    hostPath volume."""
+    docs = load_all(POD)
+    pod, spec, c = container(docs, "Pod")
+    ns = [d for d in docs if d["kind"] == "Namespace"]
+    assert len(ns) == 1 and ns[0]["metadata"]["name"] == pod["metadata"]["namespace"]
+    assert ns[0]["metadata"]["name"] != "default"
+    assert ns[0]["metadata"]["labels"] == {
+        "pod-security.kubernetes.io/enforce": "privileged",
+        "pod-security.kubernetes.io/warn": "restricted",
+        "pod-security.kubernetes.io/audit": "restricted",
+    }
+    assert spec["automountServiceAccountToken"] is False
+    psc = spec["securityContext"]
+    assert psc["runAsNonRoot"] is True and psc["runAsUser"] != 0
+    assert psc["seccompProfile"] == {"type": "RuntimeDefault"}
+    csc = c["securityContext"]
+    assert csc["allowPrivilegeEscalation"] is False
+    assert csc["capabilities"] == {"drop": ["ALL"]}
+    assert "privileged" not in csc
+    # restricted's volume types, plus the one hostPath it exists for
+    allowed = {"configMap", "csi", "downwardAPI", "emptyDir", "ephemeral",
+               "persistentVolumeClaim", "projected", "secret"}
+    host = []
+    for v in spec["volumes"]:
+        kinds = set(v) - {"name"}
+        if kinds == {"hostPath"}:
+            host.append(v["hostPath"]["path"])
+        else:
+            assert kinds <= allowed, v
+    assert host == ["/mnt/models"]
+    mounts = [m for m in c["volumeMounts"] if m["mountPath"] == "/mnt/models"]
+    assert len(mounts) == 1 and mounts[0]["readOnly"] is True
+
+
 def test_example_pod_contract():
     docs = load_all(POD)
     pod, spec, c = container(docs, "Pod")
