@@ -351,17 +351,21 @@ static int fetch(struct cache *c, struct cache_block *b, uint64_t *bytes, bool *
 }
 
 /* Ends a job that grew a READY block (lock held): its pages, or its error. */
-static void end_extension(struct cache *c, struct cache_block *b, int rc, uint64_t bytes)
+/* Ends an extension of b: did it make b whole? */
+static bool end_extension(struct cache *c, struct cache_block *b, int rc, uint64_t bytes)
 {
+	bool was_full = cache_block_full(b);
+
 	MCFS_ASSERT_HELD(&c->lock);
 	b->extending = false;
-	if (rc == 0) {
-		pages_set(b, b->vlo, b->vhi);
-		c->st.fetched_bytes += bytes;
-	} else {
+	if (rc != 0) {
 		c->st.fetch_errors++;
 		b->xerr = rc; /* the pages held stay good: they are of this version */
+		return false;
 	}
+	pages_set(b, b->vlo, b->vhi);
+	c->st.fetched_bytes += bytes;
+	return !was_full && cache_block_full(b);
 }
 
 void *cache_fetch_thread(void *arg)
@@ -397,7 +401,9 @@ void *cache_fetch_thread(void *arg)
 		}
 		behind = false;
 		if (b->extending) {
-			end_extension(c, b, rc, bytes);
+			/* A block an extension makes whole is written behind as
+			 * one fetched whole is: else the disk tier never holds it. */
+			behind = end_extension(c, b, rc, bytes) && cache_tier_wants(c, b);
 		} else if (rc == 0) {
 			b->state = SLOT_READY;
 			pages_set(b, from_tier ? 0 : b->vlo, from_tier ? b->len : b->vhi);
@@ -406,8 +412,6 @@ void *cache_fetch_thread(void *arg)
 			 * (b->fill says where it came from): the writers hold a
 			 * reference (the slot's bytes stay put) until cache_disk_done(). */
 			behind = cache_tier_wants(c, b);
-			if (behind)
-				b->refs++;
 		} else {
 			c->st.fetch_errors++;
 			hash_remove(c, b);
@@ -419,6 +423,8 @@ void *cache_fetch_thread(void *arg)
 			b->warm = false;
 			c->warm_jobs--;
 		}
+		if (behind)
+			b->refs++;
 		pthread_cond_broadcast(&c->loaded);
 		unref(c, b); /* the job's reference */
 		if (behind) {

@@ -10,11 +10,11 @@
  *      recently used VALID slot nobody reads (its key leaves the hash now);
  *   2. commit the deletion of the victims' index entries (one transaction);
  *   3. per job: fallocate the slot, hash the bytes (XXH3-64), write them
- *      (O_DIRECT, 1 MiB pieces in flight together), call done();
+ *      (O_DIRECT, 1 MiB pieces in flight together);
  *   4. under the lock, mark the written slots VALID (readers may use them:
  *      the bytes are there and the checksum is known);
  *   5. commit their index entries, plus the use times of blocks read since
- *      the last batch, in one transaction.
+ *      the last batch, in one transaction; then call done() for each job.
  *
  * A kill between any two steps leaves only entries whose bytes were fully
  * written before the entry was committed; a slot being rewritten has no
@@ -224,11 +224,9 @@ static void run_batch(struct cache_disk *d, struct io_uring *ring, struct batch 
 			MCFS_ERR("disk tier: evicting %zu blocks from the index: %s", b->ndel,
 				 cache_meta_strerror(d->meta, rc, why, sizeof(why)));
 	}
-	for (j = 0; j < b->n; j++) {
+	for (j = 0; j < b->n; j++)
 		if (b->slot[j] != DNIL)
 			b->rc[j] = rc < 0 ? rc : write_one(d, ring, b, j);
-		d->done(d->ctx, b->jobs[j].arg); /* the caller's bytes are free now */
-	}
 	if (rc < 0) {
 		/* The victims' entries may still exist: park the slots (DEAD) rather
 		 * than free them; a restart reclaims them. */
@@ -243,6 +241,11 @@ static void run_batch(struct cache_disk *d, struct io_uring *ring, struct batch 
 		pthread_mutex_unlock(&d->lock);
 	}
 	publish(d, b);
+	/* The caller's bytes are free only now that the written blocks read as
+	 * held (VALID): a caller that drops its RAM copy at done() never finds
+	 * a block in neither place (cache_file_complete()). */
+	for (j = 0; j < b->n; j++)
+		d->done(d->ctx, b->jobs[j].arg);
 }
 
 static void deadline_in(struct timespec *ts, uint64_t ns)

@@ -33,6 +33,38 @@ def test_write_behind_fills_the_tier(tmp):
     assert os.path.getsize(os.path.join(store, "blocks", "slots")) > 0
 
 
+def test_a_block_made_whole_by_pieces_is_written_behind(tmp):
+    """A random reader's first reads fetch only their pages (a range of the
+    block); once later reads have fetched the rest, the block is whole and is
+    written to the disk tier as a block fetched whole is. Before, such a block
+    never reached the disk tier, and a backing-file build then dropped its RAM
+    copy: the file no longer counted as held (issue 22 follow-up)."""
+    size = 4 * MiB + 777
+    data = write_random(str(tmp / "src" / "w.bin"), size, seed=71)
+    nblocks = (size + MiB - 1) // MiB
+    with mcfs_mount(str(tmp / "src"), str(tmp / "mnt"),
+                    opts=OPTS + ["cache_dir=%s" % (tmp / "cache"), "readahead_max=0"]) as m:
+        fd = os.open(m.p("w.bin"), os.O_RDONLY)
+        try:
+            # The middle page of every block first: each is a range fetch.
+            for i in range(nblocks):
+                off = i * MiB + min(MiB, size - i * MiB) // 2 // 4096 * 4096
+                assert os.pread(fd, 4096, off) == data[off:off + 4096]
+            pieces = settle(m)["disk_writes"]
+            assert pieces < nblocks, "every block was fetched whole: nothing to test"
+            got = bytearray()
+            while len(got) < size:
+                b = os.pread(fd, MiB, len(got))
+                assert b, "short read at %d" % len(got)
+                got += b
+            assert bytes(got) == data
+        finally:
+            os.close(fd)
+        st = settle(m)
+        assert st["disk_writes"] == nblocks, st
+        assert st["disk_bytes_used"] == size, st
+
+
 def _scribble_slots(cache, nslots, bs=MiB):
     """Overwrites bytes in the middle of every slot of the slot file."""
     with open(os.path.join(store_dir(cache), "blocks", "slots"), "r+b") as f:
