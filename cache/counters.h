@@ -182,6 +182,16 @@ enum cache_counter_type {
 	X(FS, cold_direct_opens, "cold_direct_opens", COUNTER, "cold_direct_opens_total", NULL,    \
 	  "Opens of a file not complete in the cache answered with direct_io (cold_direct_io): "   \
 	  "their reads bypass the page cache.")                                                    \
+	X(FS, push_files, "push_files", COUNTER, "push_files_total", NULL,                         \
+	  "Cold files pushed into the page cache ahead of their reader (cold_push).")              \
+	X(FS, push_active, "push_active", GAUGE, "push_active", NULL,                              \
+	  "Pushes with blocks left to push (their opens are open).")                               \
+	X(FS, push_blocks, "push_blocks", COUNTER, "push_blocks_total", NULL,                      \
+	  "Blocks pushed into the page cache (FUSE_NOTIFY_STORE).")                                \
+	X(FS, push_bytes, "push_bytes", COUNTER, "push_bytes_total", NULL,                         \
+	  "Bytes pushed into the page cache.")                                                     \
+	X(FS, push_errors, "push_errors", COUNTER, "push_errors_total", NULL,                      \
+	  "Blocks a push could not fetch or the kernel refused (the reader reads them itself).")   \
 	X(CACHE, open_checks, "open_checks", COUNTER, "open_checks_total", NULL,                   \
 	  "Opens whose file version the store confirmed (open_check=always: a stat or one HEAD "   \
 	  "each).")                                                                                \

@@ -18,6 +18,7 @@
 #include "cache.h"
 #include "cfg.h"
 #include "fuse_conn.h"
+#include "push.h"
 
 struct gpu;
 struct fs_inodes;
@@ -39,6 +40,7 @@ struct fs_session {
 	pthread_mutex_t handles_lock; /* guards handles */
 	struct fs_handle *handles;    /* open files, so that teardown frees what the
 					 kernel never released (unmounted with files open) */
+	struct fs_pusher push;	      /* cold files pushed into the page cache (push.c) */
 	/* fs/'s counters, one relaxed atomic per FS row of CACHE_COUNTERS
 	 * (cache/counters.h: gpu_loads...). */
 	CACHE_COUNTERS(FS_SESSION_COUNTER)
@@ -51,6 +53,8 @@ struct fs_handle {
 	struct cache_stream *stream;   /* readahead state of this open */
 	bool keep_cache, direct_io;    /* how it uses the page cache (fs_open_mode) */
 	bool passthrough;	       /* the kernel reads its backing file (fs_open_mode) */
+	bool push_ok;		       /* a cold page-cache open: its inode may be pushed */
+	struct fs_push *push;	       /* the push it joined (push.c), or NULL */
 	struct fs_handle *prev, *next; /* session->handles, guarded by handles_lock */
 	atomic_uint order;	       /* see fs_order_before() */
 };

@@ -142,13 +142,13 @@ bool fs_inode_passthrough(struct fs_session *s, fuse_req_t req, fuse_ino_t ino,
 			  struct cache_file *f, struct fs_open_mode *mode);
 
 /*
- * Makes a cached open of @f (not passthrough) direct_io when the cache does
- * not hold the file whole and the connection allows it (cold_direct_io; see
- * inode_open.c): the reads then bypass the page cache. The open stays
- * counted as a page-cache open of its version. Returns true when it did.
- * Can't fail (may read the disk tier's index).
+ * Makes a cached open (not passthrough) of a file the cache does not hold
+ * whole direct_io when the connection allows it (cold_direct_io with
+ * cold_push=off; see inode_open.c): the reads then bypass the page cache.
+ * The open stays counted as a page-cache open of its version. Returns true
+ * when it did. Can't fail.
  */
-bool fs_inode_cold_direct(struct fs_session *s, struct cache_file *f, struct fs_open_mode *mode);
+bool fs_inode_cold_direct(struct fs_session *s, struct fs_open_mode *mode);
 
 /* At release of a handle of @f opened with @mode; @req (NULL at teardown)
  * unregisters the inode's backing file after its last passthrough open. */

@@ -295,10 +295,9 @@ bool fs_inode_passthrough(struct fs_session *s, fuse_req_t req, fuse_ino_t ino,
 #endif
 }
 
-bool fs_inode_cold_direct(struct fs_session *s, struct cache_file *f, struct fs_open_mode *mode)
+bool fs_inode_cold_direct(struct fs_session *s, struct fs_open_mode *mode)
 {
-	if (mode->passthrough || !atomic_load(&s->conn.cold_dio) ||
-	    cache_file_complete(s->cache, f))
+	if (mode->passthrough || !atomic_load(&s->conn.cold_dio))
 		return false;
 	mode->direct_io = true;
 	mode->keep_cache = false;

@@ -244,6 +244,7 @@ static int fuse_args_for(const struct cfg *cfg, struct fuse_args *args)
 
 static void teardown(struct fs_session *s)
 {
+	fs_push_stop(s); /* they notify the session */
 	gpu_free(s->gpu);
 	if (s->se)
 		fuse_session_destroy(s->se);
@@ -291,7 +292,7 @@ static int setup(struct fs_session *s)
 		return -EIO;
 	}
 	s->started_ns = mcfs_now_ns();
-	return 0;
+	return fs_push_start(s);
 }
 
 /*

@@ -153,6 +153,7 @@ static void handle_free(struct fs_session *s, fuse_req_t req, struct fs_handle *
 	if (h->next)
 		h->next->prev = h->prev;
 	pthread_mutex_unlock(&s->handles_lock);
+	fs_push_close(s, h); /* before the inode's page cache may change hands */
 	fs_inode_close(s, req, h->ino, h->file, &mode);
 	cache_stream_free(h->stream);
 	cache_file_put(s->cache, h->file);
@@ -193,9 +194,15 @@ static void fs_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	/* A complete file: the kernel may read its backing file itself. */
 	if (rc == 0 && atomic_load(&s->conn.pt_on))
 		fs_inode_passthrough(s, req, ino, h->file, &mode);
-	/* Not complete: the bytes go from the cache into the reader's buffer. */
-	if (rc == 0)
-		fs_inode_cold_direct(s, h->file, &mode);
+	/* Not complete: pushed into the page cache ahead of its reader once it
+	 * reads on (push.c), or its bytes go from the cache into the reader's
+	 * buffer (cold_direct_io). */
+	if (rc == 0 && !mode.passthrough && !cache_file_complete(s->cache, h->file)) {
+		if (s->push.on)
+			h->push_ok = true;
+		else
+			fs_inode_cold_direct(s, &mode);
+	}
 	if (rc < 0) {
 		free(h);
 		fuse_reply_err(req, -rc);
@@ -255,6 +262,8 @@ static void fs_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 	}
 	h = fs_handle_of(fi);
 	rc = cache_read(h->stream, (uint64_t)off, size, &r);
+	if (rc == 0)
+		fs_push_read(fs_sess(req), h, (uint64_t)off, r.len);
 	fs_handle_done(h);
 	if (rc < 0) {
 		read_failed(req, ino, rc);

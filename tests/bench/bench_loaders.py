@@ -294,7 +294,8 @@ def curl_limit(urls, sizes, work, n=THREADS, chunk=8 * MiB):
 
 
 COUNTERS = ("fuse_reads", "fuse_read_bytes", "store_bytes", "passthrough_opens",
-            "backing_builds", "cold_direct_opens", "passthrough_fallbacks")
+            "backing_builds", "cold_direct_opens", "passthrough_fallbacks", "push_files",
+            "push_bytes")
 
 
 def delta(s0, s1):
@@ -421,8 +422,9 @@ def report(a, rws, res, notes, info):
                 m["store_bytes"] / model, m["passthrough_opens"], m["backing_builds"])
             if col == "cold":
                 cpu = [med([d["cpu"][i] for d in ds]) for i in range(4)]
-                s += ", cold_direct_opens %d; CPU s: reader %.2f, daemon %.2f" % (
-                    m["cold_direct_opens"], cpu[0], cpu[1])
+                s += ", cold_direct_opens %d, pushed %d files %.2fx" % (
+                    m["cold_direct_opens"], m["push_files"], m["push_bytes"] / model)
+                s += "; CPU s: reader %.2f, daemon %.2f" % (cpu[0], cpu[1])
                 s += "%s in %.2f s" % (", nginx %.2f" % cpu[2] if net else "", cpu[3])
             if m["passthrough_fallbacks"]:
                 s += ", passthrough_fallbacks %d" % m["passthrough_fallbacks"]

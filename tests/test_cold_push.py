@@ -1,0 +1,211 @@
+"""Cold files pushed into the page cache ahead of their reader (cold_push, issue 23).
+
+An open of a file the cache does not hold whole is a page-cache open; once
+its reader reads on past its first block from the start, the daemon fetches
+the rest of the file and copies each block into the inode's page cache
+(FUSE_NOTIFY_STORE), so an mmap reader's faults find their pages there.
+
+What the tests prove, with bytes compared with the source:
+- a cold mmap read (safetensors' way) equals the store's bytes on the posix,
+  http and s3 stores, and most of it came by push, not by READs (so the
+  check can fail: with cold_push=off every byte is READ);
+- with a RAM tier much smaller than the file (eviction while pushing);
+- a reader of the first block only pushes nothing and fetches at most two
+  blocks (a header read is not a whole-file fetch);
+- the pushed pages are the inode's page cache: a later read finds them
+  resident (mincore), as after a local read;
+- a file replaced in the store while a pushed open is mapped: the next open
+  gets the new version on a new inode, the old mapping keeps the old bytes;
+- an open closed while its push runs, then unmount: clean, nothing left.
+"""
+import mmap
+import os
+import time
+
+import pytest
+
+from conftest import mcfs_mount, need_root
+from gen import MiB, rand_bytes
+from servers import SWIFT_KEY, SWIFT_SECRET, Nginx, Swift, have_nginx, have_swift
+from test_cold_direct import resident
+
+SIZE = 24 * MiB + 4321
+OPTS = ["block_size=1M"]
+
+
+def mmap_read(path):
+    """safetensors' read: an mmap, consumed in order in 4 MiB slices."""
+    out = bytearray()
+    with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mm:
+        for off in range(0, len(mm), 4 * MiB):
+            out += mm[off:off + 4 * MiB]
+    return bytes(out)
+
+
+def check_pushed(m):
+    st = m.stats()
+    assert st["push_files"] == 1 and st["push_blocks"] > 0, st
+    assert st["push_errors"] == 0, st
+    return st
+
+
+def wait_pushed(m, timeout=30):
+    """Waits until no push has blocks left; returns the stats."""
+    deadline = time.time() + timeout
+    while True:
+        st = m.stats()
+        if st["push_active"] == 0:
+            return st
+        assert time.time() < deadline, "the push did not end: %s" % st
+        time.sleep(0.02)
+
+
+def started_then_mapped(m, name, data):
+    """Reads the first 3 blocks (the push starts), waits for the push to end
+    with the open still open, then reads the file through an mmap: every page
+    is in the page cache by then (pushed, or READ by the first reads), so the
+    mapping's faults send no READ. With cold_push=off they would."""
+    with open(m.p(name), "rb", buffering=0) as f:
+        assert f.read(3 * MiB) == data[:3 * MiB]
+        st0 = wait_pushed(m)
+        assert st0["push_files"] == 1, st0
+        with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mm:
+            assert mm[:] == data
+        st = m.stats()
+        assert st["fuse_reads"] == st0["fuse_reads"], (st0, st)
+        assert st["push_bytes"] >= len(data) - 16 * MiB, st  # the kernel's readahead READ the rest
+
+
+@pytest.mark.parametrize("push", ["auto", "off"])
+def test_cold_mmap_read_posix(tmp, push):
+    data = rand_bytes(SIZE, 2301)
+    (tmp / "src" / "w.bin").write_bytes(data)
+    with mcfs_mount(str(tmp / "src"), str(tmp / "mnt"), opts=OPTS + ["cold_push=" + push]) as m:
+        assert mmap_read(m.p("w.bin")) == data
+        if push == "off":
+            st = m.stats()
+            assert st["push_files"] == 0 and st["push_bytes"] == 0, st
+            assert st["fuse_read_bytes"] >= SIZE, st
+            return
+        check_pushed(m)
+        assert "cold opens page cache, pushed ahead of their reader" in m.log(), m.log()
+        # the pages are the inode's page cache, as after a local read
+        assert resident(m.p("w.bin")) > SIZE * 9 // 10
+
+
+@pytest.mark.parametrize("push", ["auto", "off"])
+def test_pushed_pages_serve_the_mapping(tmp, push):
+    data = rand_bytes(SIZE, 2309)
+    (tmp / "src" / "w.bin").write_bytes(data)
+    with mcfs_mount(str(tmp / "src"), str(tmp / "mnt"), opts=OPTS + ["cold_push=" + push]) as m:
+        if push == "auto":
+            started_then_mapped(m, "w.bin", data)
+            return
+        # the check can fail: without the push, the mapping READs what it reads
+        with open(m.p("w.bin"), "rb", buffering=0) as f:
+            assert f.read(3 * MiB) == data[:3 * MiB]
+            st0 = m.stats()
+            with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mm:
+                assert mm[:] == data
+            st = m.stats()
+            assert st["fuse_reads"] > st0["fuse_reads"] and st["push_files"] == 0, (st0, st)
+
+
+def test_cold_mmap_read_with_eviction(tmp):
+    """A RAM tier of 8 blocks for a 24-block file: pushed blocks are evicted
+    behind the push, and every byte is still right."""
+    data = rand_bytes(SIZE, 2302)
+    (tmp / "src" / "w.bin").write_bytes(data)
+    with mcfs_mount(str(tmp / "src"), str(tmp / "mnt"),
+                    opts=OPTS + ["ram_cache=8M", "readahead_max=4M"]) as m:
+        assert mmap_read(m.p("w.bin")) == data
+        st = check_pushed(m)
+        assert st["evictions"] > 0, st
+
+
+def test_header_reader_pushes_nothing(tmp):
+    data = rand_bytes(SIZE, 2303)
+    (tmp / "src" / "w.bin").write_bytes(data)
+    with mcfs_mount(str(tmp / "src"), str(tmp / "mnt"), opts=OPTS) as m:
+        with open(m.p("w.bin"), "rb", buffering=0) as f:
+            assert f.read(8) == data[:8]
+            assert f.read(64 * 1024) == data[8:8 + 64 * 1024]
+        st = m.stats()
+        assert st["push_files"] == 0 and st["push_blocks"] == 0, st
+        assert st["fetched_bytes"] <= 2 * MiB, st
+
+
+def test_replaced_while_a_pushed_open_is_mapped(tmp):
+    a, b = rand_bytes(SIZE, 2304), rand_bytes(SIZE + 3 * MiB + 7, 2305)
+    src = tmp / "src"
+    (src / "w.bin").write_bytes(a)
+    with mcfs_mount(str(src), str(tmp / "mnt"), opts=OPTS + ["attr_ttl=0"]) as m:
+        with open(m.p("w.bin"), "rb") as f, \
+                mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mm:
+            assert mm[:4 * MiB] == a[:4 * MiB]  # past the first block: pushed
+            old_ino = os.fstat(f.fileno()).st_ino
+            (src / ".new").write_bytes(b)
+            os.replace(str(src / ".new"), str(src / "w.bin"))
+            assert mmap_read(m.p("w.bin")) == b
+            with open(m.p("w.bin"), "rb") as g:
+                assert os.fstat(g.fileno()).st_ino != old_ino
+            # the old mapping: the old version whole, never the new one's bytes
+            assert mm[:] == a
+        assert mmap_read(m.p("w.bin")) == b
+        st = m.stats()
+        assert st["push_files"] >= 1 and st["inode_renumbers"] == 1, st
+
+
+def test_close_while_pushing_then_unmount(tmp):
+    data = rand_bytes(SIZE, 2306)
+    (tmp / "src" / "w.bin").write_bytes(data)
+    with mcfs_mount(str(tmp / "src"), str(tmp / "mnt"), opts=OPTS) as m:
+        for _ in range(3):
+            with open(m.p("w.bin"), "rb", buffering=0) as f:
+                assert f.read(3 * MiB) == data[:3 * MiB]  # starts the push; closed at once
+            fd = os.open(m.p("w.bin"), os.O_RDONLY)
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+            os.close(fd)
+        assert m.stats()["push_files"] >= 1, m.stats()
+        assert mmap_read(m.p("w.bin")) == data
+    assert m.proc.returncode == 0, m.log()
+
+
+def test_cold_mmap_read_http(tmp):
+    need_root()
+    if not have_nginx():
+        pytest.skip("nginx is not installed (deploy/install-deps.sh test installs it)")
+    data = rand_bytes(SIZE, 2307)
+    (tmp / "src" / "w.bin").write_bytes(data)
+    ng = Nginx(str(tmp / "src"), workdir=str(tmp / "nginx")).start()
+    try:
+        with mcfs_mount(ng.url, str(tmp / "mnt"), opts=OPTS) as m:
+            assert mmap_read(m.p("w.bin")) == data
+            check_pushed(m)
+        with mcfs_mount(ng.url, str(tmp / "mnt"), opts=OPTS) as m:
+            started_then_mapped(m, "w.bin", data)
+    finally:
+        ng.stop()
+
+
+def test_cold_mmap_read_s3(tmp):
+    need_root()
+    if not have_swift():
+        pytest.skip("swift/memcached not installed (deploy/install-deps.sh test installs them)")
+    data = rand_bytes(SIZE, 2308)
+    sw = Swift(str(tmp / "swift")).start()
+    try:
+        s3 = sw.s3()
+        s3.create_bucket(Bucket="models")
+        s3.put_object(Bucket="models", Key="m/w.bin", Body=data)
+        env = {"AWS_ACCESS_KEY_ID": SWIFT_KEY, "AWS_SECRET_ACCESS_KEY": SWIFT_SECRET,
+               "AWS_REGION": "us-east-1", "AWS_PROFILE": "", "AWS_ENDPOINT_URL": ""}
+        with mcfs_mount("s3://models/m", str(tmp / "mnt"), opts=OPTS + ["endpoint=" + sw.endpoint],
+                        env=env) as m:
+            assert mmap_read(m.p("w.bin")) == data
+            check_pushed(m)
+        with mcfs_mount("s3://models/m", str(tmp / "mnt"), opts=OPTS + ["endpoint=" + sw.endpoint],
+                        env=env) as m:
+            started_then_mapped(m, "w.bin", data)
+    finally:
+        sw.stop()
