@@ -14,6 +14,8 @@
   new file anywhere under the directories it wrote to.
 - `pip install -e gpu/python` in a venv keeps the safetensors switch: MCFS_SAFETENSORS=1
   loads mcfs at interpreter start from the source tree.
+- deploy/build-libfuse.sh pins libfuse by version and SHA-256: a tarball of another hash is
+  refused, and the private libfuse mcfs runs with is that version.
 """
 import glob
 import gzip
@@ -253,3 +255,34 @@ def test_pip_editable_keeps_the_switch(tmp_path):
     site = run([py, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"]).stdout
     left = [n for n in os.listdir(site.strip()) if "mcfs" in n]
     assert not left, left
+
+
+def libfuse_pin():
+    with open(os.path.join(ROOT, "deploy", "build-libfuse.sh")) as f:
+        src = f.read()
+    version = re.search(r"^version=(\d+\.\d+\.\d+)$", src, re.M)
+    sha = re.search(r"^sha256=([0-9a-f]{64})$", src, re.M)
+    assert version and sha, "build-libfuse.sh pins no version and sha256"
+    return version.group(1), sha.group(1)
+
+
+def test_libfuse_pinned_by_version_and_hash(tmp_path):
+    """build-libfuse.sh builds one libfuse: a tarball of another hash is refused, and the
+    private libfuse mcfs runs with (if any) is that version."""
+    version, sha = libfuse_pin()
+    fake = tmp_path / ("fuse-%s.tar.gz" % version)
+    fake.write_bytes(b"not libfuse")
+    prefix = tmp_path / "prefix"
+    r = run(["bash", os.path.join(ROOT, "deploy", "build-libfuse.sh")],
+            env=dict(os.environ, MCFS_LIBFUSE_BUILD="yes", MCFS_LIBFUSE_PREFIX=str(prefix),
+                     MCFS_LIBFUSE_TARBALL=str(fake), MCFS_LIBFUSE_URLS="http://127.0.0.1:9/"),
+            timeout=120)
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert ("is not fuse-%s.tar.gz (expected sha256 %s)" % (version, sha)) in r.stderr, r.stderr
+    assert not prefix.exists()
+    # what mcfs runs with: the pinned version where it is the private build
+    stamp = "/opt/mcfs/libfuse/share/mcfs-libfuse.stamp"
+    out = run(["readelf", "-d", MCFS]).stdout
+    if "/opt/mcfs/libfuse/lib" in out and os.path.exists(stamp):
+        v = run([MCFS, "--version"]).stdout
+        assert re.search(r"^libfuse %s " % re.escape(version), v, re.M), v
