@@ -21,8 +21,9 @@ build_pkgs=(build-essential cmake pkg-config fuse3 libfuse3-dev libcurl4-openssl
 [ "${MCFS_LIBFUSE_BUILD:-auto}" = no ] || build_pkgs+=(curl ca-certificates meson ninja-build libnuma-dev)
 # prometheus: its promtool checks deploy/prometheus and deploy/grafana
 # (tests/test_alert_rules.py); the server itself is not run. python3-venv:
-# tests/test_packages.py installs the Python package into a venv with pip.
-test_pkgs=(python3-pip python3-venv nginx-light curl attr lmdb-utils procps psmisc
+# tests/test_packages.py installs the Python package into a venv with pip;
+# man-db: it renders the man page with man -l.
+test_pkgs=(python3-pip python3-venv man-db nginx-light curl attr lmdb-utils procps psmisc
 	swift swift-proxy swift-account swift-container swift-object memcached
 	systemd clang-format prometheus)
 

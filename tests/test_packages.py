@@ -186,7 +186,12 @@ def test_install_run_and_purge(built, tmp_path):
     try:
         dpkg("-i", deb)
         listed = run(["dpkg", "-L", "mcfs"]).stdout.split()
-        assert "/usr/bin/mcfs" in listed and "/usr/share/man/man8/mcfs.8.gz" in listed, listed
+        assert "/usr/bin/mcfs" in listed, listed
+        # a minimal image may tell dpkg to skip man pages (path-exclude)
+        excluded = any("/usr/share/man" in ln and ln.startswith("path-exclude")
+                       for cf in glob.glob("/etc/dpkg/dpkg.cfg.d/*") for ln in open(cf))
+        if not excluded:
+            assert "/usr/share/man/man8/mcfs.8.gz" in listed, listed
         v = run(["/usr/bin/mcfs", "--version"])
         assert v.returncode == 0 and v.stdout.startswith("mcfs "), v.stdout + v.stderr
         assert re.search(r"^libfuse \d+\.\d+", v.stdout, re.M), v.stdout
@@ -196,7 +201,8 @@ def test_install_run_and_purge(built, tmp_path):
         if os.path.exists("/usr/lib/mcfs"):
             # the packaged copy, not /opt/mcfs/libfuse nor the system's 3.14
             assert os.path.realpath(m.group(1)).startswith("/usr/lib/mcfs/"), ldd
-        assert run(["man", "-w", "mcfs"]).stdout.strip() == "/usr/share/man/man8/mcfs.8.gz"
+        if not excluded and shutil.which("man"):
+            assert run(["man", "-w", "mcfs"]).stdout.strip() == "/usr/share/man/man8/mcfs.8.gz"
         # a program builds against the installed headers and library, and runs
         if shutil.which("cc"):
             prog = tmp_path / "p.c"
