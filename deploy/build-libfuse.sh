@@ -6,13 +6,16 @@
 # over 1 MiB need 3.17.2 (max_pages from /proc/sys/fs/fuse/max_pages_limit),
 # FUSE over io_uring needs 3.18. The kernels we run (6.18) have all three.
 #
-# What: Debian's own fuse3 source package, 3.18.x from unstable or else
-# 3.17.x from trixie, fetched with apt through a private sources list, lists
-# directory and cache (nothing of the machine's apt configuration changes;
-# apt checks the archive's signature on the index and the index's hashes of
-# the .dsc and tarballs, and dpkg-source checks the tarballs against the
-# .dsc). Built with meson/ninja, with liburing and libnuma so that io_uring is
-# in (Debian's own binary package is built without them), and installed into
+# What: libfuse 3.18.3, pinned by version and by the SHA-256 of its release
+# tarball (the same file as Debian's fuse3_3.18.3.orig.tar.gz): every machine
+# builds the same source. Before, Debian unstable's current fuse3 source was
+# built, so two machines on one mcfs commit could get 3.17.2 and 3.18.3. The
+# tarball comes from the first of $MCFS_LIBFUSE_URLS that answers with the
+# pinned hash (libfuse's GitHub release, Debian's pool, snapshot.debian.org by
+# its SHA-1), or from $MCFS_LIBFUSE_TARBALL, a local copy, for a machine
+# without network. A file of another hash is refused, whoever served it.
+# Built with meson/ninja, with liburing and libnuma so that io_uring is in
+# (Debian's own binary package is built without them), and installed into
 # $MCFS_LIBFUSE_PREFIX (/opt/mcfs/libfuse): the library and its headers only.
 #
 # Not built: fusermount3 and mount.fuse3. The system's libfuse3-3 and
@@ -23,26 +26,30 @@
 # (_FUSE_COMMFD, the /dev/fuse descriptor passed back over a socket) is the
 # same in 3.14 and 3.18, and tests/test_libfuse.py mounts as a user that way.
 #
-# Idempotent: a finished build leaves a stamp; with it in place (and the same
-# recipe) the script returns at once, without network. MCFS_LIBFUSE_REBUILD=1
-# builds again.
+# Idempotent: a finished build leaves a stamp naming the version, the hash and
+# the recipe; with it in place the script returns at once, without network.
+# MCFS_LIBFUSE_REBUILD=1 builds again.
 #
 # Environment:
 #   MCFS_LIBFUSE_PREFIX   where to install (default /opt/mcfs/libfuse)
 #   MCFS_LIBFUSE_BUILD    auto (build when the system's libfuse3 < 3.17), yes, no
-#   MCFS_LIBFUSE_SUITES   Debian suites to try, in order (default "sid trixie")
-#   MCFS_DEBIAN_MIRROR    default http://deb.debian.org/debian
+#   MCFS_LIBFUSE_TARBALL  a local fuse-3.18.3.tar.gz to build instead of downloading
+#   MCFS_LIBFUSE_URLS     where to download it from, tried in order
 set -euo pipefail
 
 prefix=${MCFS_LIBFUSE_PREFIX:-/opt/mcfs/libfuse}
 mode=${MCFS_LIBFUSE_BUILD:-auto}
-suites=${MCFS_LIBFUSE_SUITES:-sid trixie}
-mirror=${MCFS_DEBIAN_MIRROR:-http://deb.debian.org/debian}
-keyring=/usr/share/keyrings/debian-archive-keyring.gpg
-min_version=3.17.2 # the first without the max_pages buffer races
+version=3.18.3
+sha256=bcd19582c5e30f7fe45dd86a5540e998590aa01903afc7ebcbeea6c8ac5421ee
+sha1=c12352890442eafc751e892021f950d1f3726f62 # snapshot.debian.org names files by it
+urls=${MCFS_LIBFUSE_URLS:-https://github.com/libfuse/libfuse/releases/download/fuse-$version/fuse-$version.tar.gz
+http://deb.debian.org/debian/pool/main/f/fuse3/fuse3_$version.orig.tar.gz
+https://snapshot.debian.org/file/$sha1}
 # Bump when the build below changes, so that an existing prefix is rebuilt.
-recipe=1
+recipe=2
 stamp=$prefix/share/mcfs-libfuse.stamp
+want_stamp="fuse3 $version sha256 $sha256
+recipe $recipe"
 
 SUDO=
 [ "$(id -u)" = 0 ] || SUDO=sudo
@@ -64,13 +71,14 @@ if [ "$mode" = auto ]; then
 	fi
 fi
 if [ -z "${MCFS_LIBFUSE_REBUILD:-}" ] && [ -f "$stamp" ] &&
-	grep -qx "recipe $recipe" "$stamp" && [ -f "$prefix/lib/pkgconfig/fuse3.pc" ]; then
+	[ "$(grep -v '^io_uring ' "$stamp")" = "$want_stamp" ] &&
+	[ -f "$prefix/lib/pkgconfig/fuse3.pc" ]; then
 	exit 0 # built before: the fast path
 fi
 
-for p in dpkg-source meson ninja pkg-config; do
+for p in meson ninja pkg-config sha256sum tar; do
 	command -v "$p" >/dev/null || {
-		echo "build-libfuse: $p is missing (install-deps.sh installs dpkg-dev, meson, ninja-build)" >&2
+		echo "build-libfuse: $p is missing (install-deps.sh installs meson, ninja-build)" >&2
 		exit 1
 	}
 done
@@ -78,58 +86,41 @@ done
 start=$(date +%s)
 work=$(mktemp -d /var/tmp/mcfs-libfuse.XXXXXX)
 trap 'rm -rf "$work"' EXIT
-chmod 0755 "$work" # apt's download user (_apt) must reach its directories
-mkdir -p "$work/apt/lists/partial" "$work/apt/cache/archives/partial" "$work/dl"
-for s in $suites; do
-	echo "deb-src [signed-by=$keyring] $mirror $s main"
-done >"$work/apt/sources.list"
-# apt downloads as the unprivileged _apt user where it exists
-if id _apt >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
-	chown _apt "$work/dl"
-fi
-apt_private=(-o "Dir::Etc::SourceList=$work/apt/sources.list" -o "Dir::Etc::SourceParts=/dev/null"
-	-o "Dir::State::Lists=$work/apt/lists" -o "Dir::Cache=$work/apt/cache"
-	-o "Acquire::Languages=none")
-
-# A suite whose index fails its signature check is left out by apt (no lists
-# file), so a failed update of one suite is not fatal here: the source step
-# below only finds packages in indexes that were verified.
-if ! apt-get "${apt_private[@]}" update -qq 2>"$work/update.err"; then
-	echo "build-libfuse: apt-get update of the fuse3 sources reported:" >&2
-	cat "$work/update.err" >&2
-fi
-
-dsc=
-for s in $suites; do
-	rm -f "$work"/dl/*
-	if ! (cd "$work/dl" && apt-get "${apt_private[@]}" source -qq --download-only "fuse3/$s" \
-		>"$work/source.log" 2>&1); then
-		echo "build-libfuse: no fuse3 source from $s:" >&2
-		sed 's/^/  /' "$work/source.log" >&2
-		continue
+tarball=$work/fuse-$version.tar.gz
+if [ -n "${MCFS_LIBFUSE_TARBALL:-}" ]; then
+	cp -- "$MCFS_LIBFUSE_TARBALL" "$tarball"
+	from=$MCFS_LIBFUSE_TARBALL
+	echo "$sha256  $tarball" | sha256sum --quiet -c - >/dev/null 2>&1 || {
+		echo "build-libfuse: $from is not fuse-$version.tar.gz (expected sha256 $sha256)" >&2
+		exit 1
+	}
+else
+	from=
+	for u in $urls; do
+		command -v curl >/dev/null || {
+			echo "build-libfuse: curl is missing (or set MCFS_LIBFUSE_TARBALL)" >&2
+			exit 1
+		}
+		if ! curl -fsSL --retry 2 --connect-timeout 20 -o "$tarball" "$u" 2>"$work/curl.err"; then
+			echo "build-libfuse: $u: $(tail -1 "$work/curl.err")" >&2
+			continue
+		fi
+		if ! echo "$sha256  $tarball" | sha256sum --quiet -c - >/dev/null 2>&1; then
+			echo "build-libfuse: $u: not the pinned fuse-$version.tar.gz (sha256" \
+				"$(sha256sum "$tarball" | cut -d' ' -f1), expected $sha256): refused" >&2
+			continue
+		fi
+		from=$u
+		break
+	done
+	if [ -z "$from" ]; then
+		echo "build-libfuse: could not fetch fuse-$version.tar.gz (sha256 $sha256) from any of:" \
+			$urls "(set MCFS_LIBFUSE_TARBALL to a local copy)" >&2
+		exit 1
 	fi
-	dsc=$(ls "$work"/dl/fuse3_*.dsc)
-	version=$(sed -n 's/^Version: //p' "$dsc")
-	if dpkg --compare-versions "$version" lt "$min_version"; then
-		echo "build-libfuse: $s has fuse3 $version, older than $min_version" >&2
-		dsc=
-		continue
-	fi
-	suite=$s
-	break
-done
-if [ -z "$dsc" ]; then
-	echo "build-libfuse: found no fuse3 >= $min_version source in: $suites ($mirror)" >&2
-	exit 1
 fi
-
-# The .dsc's own signature (the uploader's key, in debian-keyring, which is not
-# installed) cannot be checked here and dpkg-source says so; the archive's
-# signature over the index that holds the .dsc's hash was checked by apt.
-dpkg-source --require-strong-checksums -x "$dsc" "$work/src" >"$work/dpkg-source.log" 2>&1 || {
-	cat "$work/dpkg-source.log" >&2
-	exit 1
-}
+mkdir "$work/src"
+tar -xzf "$tarball" -C "$work/src" --strip-components=1
 # Debian's hardening flags, as its own package build uses them.
 eval "$(DEB_BUILD_MAINT_OPTIONS=hardening=+all dpkg-buildflags --export=sh)"
 uring_opt=() # 3.18 has FUSE over io_uring (with liburing and libnuma found), 3.17 not
@@ -148,8 +139,8 @@ DESTDIR="$work/stage" ninja -C "$work/build" install >>"$work/meson.log" 2>&1
 uring=no
 grep -q '^#define HAVE_URING' "$work/build/fuse_config.h" && uring=yes
 mkdir -p "$work/stage$prefix/share"
-printf 'fuse3 %s from %s (%s)\nio_uring %s\nrecipe %s\n' "$version" "$suite" "$mirror" \
-	"$uring" "$recipe" >"$work/stage$stamp"
+printf 'fuse3 %s sha256 %s\nio_uring %s\nrecipe %s\n' "$version" "$sha256" "$uring" \
+	"$recipe" >"$work/stage$stamp"
 
 # Swap the new tree in whole: a daemon running from the old one keeps its
 # mapped library (the old files stay until it exits).
@@ -158,5 +149,5 @@ $SUDO rm -rf "$prefix.old"
 [ -e "$prefix" ] && $SUDO mv "$prefix" "$prefix.old"
 $SUDO cp -a "$work/stage$prefix" "$prefix"
 $SUDO rm -rf "$prefix.old"
-echo "build-libfuse: libfuse $version (Debian $suite, io_uring $uring) in $prefix," \
+echo "build-libfuse: libfuse $version (from $from, io_uring $uring) in $prefix," \
 	"$(($(date +%s) - start)) s"

@@ -1,24 +1,29 @@
 #!/usr/bin/env bash
 # Installs what mcfs needs on Debian 12: `build` (build and run) or `test`
 # (also the test servers and tools). Idempotent; runs apt only when a package
-# is missing, so a warm machine starts in seconds. Then builds libfuse >= 3.17
-# into /opt/mcfs/libfuse when the system's is older (build-libfuse.sh says
-# why and how; MCFS_LIBFUSE_BUILD=no skips it and mcfs builds against 3.14),
+# is missing, so a warm machine starts in seconds. Then builds libfuse 3.18.3
+# (pinned by version and hash) into /opt/mcfs/libfuse when the system's is
+# older than 3.17 (build-libfuse.sh says why and how; MCFS_LIBFUSE_BUILD=no
+# skips it and mcfs builds against 3.14),
 # and fetches the CUDA 12 runtime for the GPU fast path (below; MCFS_CUDA=OFF
 # skips it).
 set -euo pipefail
 what=${1:-build}
 
+# dpkg-dev: dpkg-shlibdeps, which computes the .deb's dependencies (cpack);
+# scdoc: the man page (docs/mcfs.8.scd), built with mcfs.
 build_pkgs=(build-essential cmake pkg-config fuse3 libfuse3-dev libcurl4-openssl-dev
 	liburing-dev liblmdb-dev libinih-dev libxxhash-dev libcjson-dev libexpat1-dev libssl-dev
-	libmicrohttpd-dev python3 python3-pip)
-# What build-libfuse.sh needs: dpkg-source, meson and ninja to build
-# Debian's fuse3 source; libnuma-dev for its io_uring code (and for the
+	libmicrohttpd-dev python3 python3-pip dpkg-dev scdoc)
+# What build-libfuse.sh needs: curl to fetch the pinned libfuse tarball,
+# meson and ninja to build it, libnuma-dev for its io_uring code (and for the
 # Requires.private of its fuse3.pc when mcfs is built against it).
-[ "${MCFS_LIBFUSE_BUILD:-auto}" = no ] || build_pkgs+=(dpkg-dev meson ninja-build libnuma-dev)
+[ "${MCFS_LIBFUSE_BUILD:-auto}" = no ] || build_pkgs+=(curl ca-certificates meson ninja-build libnuma-dev)
 # prometheus: its promtool checks deploy/prometheus and deploy/grafana
-# (tests/test_alert_rules.py); the server itself is not run.
-test_pkgs=(python3-pip nginx-light curl attr lmdb-utils procps psmisc
+# (tests/test_alert_rules.py); the server itself is not run. python3-venv:
+# tests/test_packages.py installs the Python package into a venv with pip;
+# man-db: it renders the man page with man -l.
+test_pkgs=(python3-pip python3-venv man-db nginx-light curl attr lmdb-utils procps psmisc
 	swift swift-proxy swift-account swift-container swift-object memcached
 	systemd clang-format prometheus)
 

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Installs what mcfs needs, builds it, and mounts a store.
+# Installs what mcfs needs, builds it and its Debian package, installs that
+# package (apt), and mounts a store.
 #   ./deploy/quickstart.sh                      a demo store with a generated safetensors model
 #   ./deploy/quickstart.sh SOURCE [MOUNTPOINT]  any store: /dir, http(s)://..., s3://...
 # Run as root (or with sudo): it installs packages and mounts with FUSE.
@@ -19,14 +20,29 @@ if [ -n "${MCFS_BIN:-}" ]; then
 	MCFS=$MCFS_BIN
 else
 	./deploy/install-deps.sh build
-	cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+	cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_INSTALL_PREFIX=/usr >/dev/null
 	cmake --build build -j"$(nproc)" >/dev/null
-	# Under /usr/local: mcfs in bin/, on the PATH of shells, of systemd (fstab)
-	# and of the /bin/sh that mount.fuse3 runs it with (`mount -t fuse.mcfs`),
-	# libmcfs, and the Python package where the system's python3 finds it.
-	cmake --install build --prefix /usr/local >/dev/null
-	ldconfig
-	MCFS=/usr/local/bin/mcfs
+	# The Debian package (cmake/Package.cmake), installed with apt: mcfs in
+	# /usr/bin (on the PATH of shells, of systemd and of the /bin/sh that
+	# mount.fuse3 runs it with), libmcfs, the headers, the man page, the unit
+	# and /etc/mcfs/mcfs.conf. `apt remove mcfs` removes it; `apt purge mcfs`
+	# its config and disk cache too. The Python package is pip's
+	# (gpu/python/README.md).
+	rm -rf build/package
+	cpack --config build/CPackConfig.cmake -B build/package >/dev/null
+	deb=$(ls build/package/mcfs_*_"$(dpkg --print-architecture)".deb)
+	export DEBIAN_FRONTEND=noninteractive
+	# --reinstall: a rebuilt package of the same version replaces the installed one
+	SUDO=
+	[ "$(id -u)" = 0 ] || SUDO=sudo
+	$SUDO apt-get install -y -qq --reinstall "./$deb" >/dev/null
+	MCFS=/usr/bin/mcfs
+	# An earlier quick start installed with `cmake --install` into /usr/local,
+	# which comes first in PATH (and in mount.fuse3's): say so, remove nothing.
+	if [ -e /usr/local/bin/mcfs ]; then
+		echo "quickstart: /usr/local/bin/mcfs (an earlier \`cmake --install\`) comes before" \
+			"$MCFS in PATH: remove it, and that install's other files under /usr/local" >&2
+	fi
 fi
 
 # A fixed name under /tmp could be made in advance by another user (as a link to
