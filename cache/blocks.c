@@ -772,6 +772,7 @@ void cache_get_stats(struct cache *c, struct cache_stats *out)
 	out->ram_bytes_used = out->slots_used * c->bs;
 	out->ram_prefault = (uint64_t)atomic_load(&c->prefault_state);
 	out->ram_faulted_bytes = atomic_load_explicit(&c->prefault_bytes, memory_order_relaxed);
+	out->ram_numa_nodes = atomic_load(&c->numa_nodes);
 	cache_tier_stats(c, out);
 	cache_backing_stats(c, out);
 	out->reads = atomic_load_explicit(&c->reads, memory_order_relaxed);

@@ -131,6 +131,19 @@ void cache_free(struct cache *c);
  */
 void cache_ram_region(struct cache *c, void **base, size_t *len);
 
+/*
+ * Places the RAM tier's memory and starts ram_prefault. @gpu_nodes: the NUMA
+ * node of each of the @ngpus devices that read the tier by DMA (-1 where it
+ * is unknown; NULL when 0). On a host of several nodes, each range of the
+ * region is preferred on a node chosen for those devices (common/mcfs_numa.h
+ * says how) and faulted in by a thread on that node's CPUs; on one node it
+ * is only faulted in. Logs the placement in one line (and a refused mbind()
+ * once: the tier then goes where it is first touched). Call once, before the
+ * region is pinned or read: gpu_new() does, in either build; a later call
+ * does nothing. Borrows @gpu_nodes for the call. Can't fail.
+ */
+void cache_ram_place(struct cache *c, const int *gpu_nodes, unsigned ngpus);
+
 /* Slots of the RAM tier: blocks it holds at most. Fixed for the cache's life.
  * Can't fail. */
 size_t cache_ram_slots(const struct cache *c);

@@ -129,8 +129,10 @@ struct cache {
 	 * recorded in LMDB before it are stale whatever their age. 0: none. */
 	atomic_int_fast64_t distrust_before;
 
-	pthread_t prefault; /* ram_prefault: faults the region in, then ends */
-	bool prefault_started;
+	/* ram.c: the NUMA plan and the prefault threads (ram_prefault), or NULL
+	 * before cache_ram_place(); set there once, freed by cache_ram_stop(). */
+	struct cache_ram_numa *numa;
+	atomic_uint numa_nodes;		     /* nodes the region is placed on, for stats */
 	atomic_bool prefault_stop;	     /* cache_free(): stop early */
 	atomic_int prefault_state;	     /* CACHE_PREFAULT_*, for stats */
 	atomic_uint_fast64_t prefault_bytes; /* faulted in so far */
@@ -182,6 +184,13 @@ void cache_file_unref(struct cache *c, struct cache_file *f);
 void cache_lists_init(struct cache *c);
 void cache_list_push_back(struct slot_list *l, struct cache_block *b);
 void *cache_fetch_thread(void *arg);
+
+/* ram.c: the region (c->nslots * c->bs bytes, on a huge-page boundary,
+ * untouched): 0 or -errno, with c->region and c->region_len set. */
+MCFS_MUST_CHECK int cache_ram_alloc(struct cache *c);
+/* ram.c: stops and joins the prefault threads and frees the plan; the region
+ * stays mapped (cache_free() unmaps it last). Safe before cache_ram_place(). */
+void cache_ram_stop(struct cache *c);
 
 /* tiers.c: the disk tier and metadata store under cfg->cache_dir (no-ops without). */
 /*

@@ -257,7 +257,10 @@ enum cache_counter_type {
 	  "the metadata store under half its map (asked of the store again when needed).")         \
 	X(FS, inodes_live, "inodes", GAUGE, "inodes", NULL,                                        \
 	  "Inode-table nodes: those the kernel or an open holds, and a bounded number of others "  \
-	  "(recent answers, \"no such name\" among them: docs/architecture.md).")
+	  "(recent answers, \"no such name\" among them: docs/architecture.md).")               \
+	X(CACHE, ram_numa_nodes, "ram_numa_nodes", GAUGE, "cache_ram_numa_nodes", NULL,            \
+	  "NUMA nodes the RAM tier's memory is placed on, near the GPUs (1: a one-node host, no "  \
+	  "placement; 0: not known or refused; the start-up log line says how).")
 /* clang-format on */
 
 /* Why there is no disk tier (disk_off_reason); cache_disk_off_text() words it. */

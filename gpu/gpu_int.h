@@ -36,6 +36,7 @@
 
 struct gpu_dev {
 	int ordinal;			   /* the daemon's CUDA ordinal */
+	int numa_node;			   /* of its PCI function (sysfs); -1: unknown */
 	unsigned char uuid[GPU_UUID_SIZE]; /* cudaDeviceProp.uuid */
 	atomic_int broken;		   /* set after a sticky CUDA error: loads get -ENODEV */
 	atomic_int ready;		   /* GPU_DEV_*: its context and the RAM tier's mapping */
