@@ -31,6 +31,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <time.h>
 
 /* ---- lists ------------------------------------------------------------- */
 
@@ -197,6 +198,7 @@ static void start_loading(struct cache *c, struct cache_block *b, struct cache_f
 	b->prefetched = false;
 	b->tally = NULL;
 	b->warm = false;
+	b->bg_job = false;
 	b->extending = false;
 	b->xerr = 0;
 	b->vlo = 0;
@@ -423,8 +425,14 @@ void *cache_fetch_thread(void *arg)
 			b->warm = false;
 			c->warm_jobs--;
 		}
-		if (behind)
+		if (b->bg_job) {
+			b->bg_job = false;
+			cache_budget_put(&c->budget, CACHE_CLAIM_PREFETCH);
+		}
+		if (behind) {
 			b->refs++;
+			(void)cache_budget_take(&c->budget, CACHE_CLAIM_BEHIND); /* never refused */
+		}
 		pthread_cond_broadcast(&c->loaded);
 		unref(c, b); /* the job's reference */
 		if (behind) {
@@ -522,8 +530,11 @@ int cache_block_get_range(struct cache *c, struct cache_file *f, uint64_t index,
 			b = take_slot(c, false);
 			if (!b) {
 				/* Every slot is held by a reader or a fetch: sleeps on
-				 * c->freed (c->lock) until one is put back. */
+				 * c->freed (c->lock) until one is put back. While it
+				 * waits, no new background claim is admitted (budget.h). */
+				c->budget.readers_waiting++;
 				pthread_cond_wait(&c->freed, &c->lock);
+				c->budget.readers_waiting--;
 				continue;
 			}
 			start_loading(c, b, f, index, 2); /* ours and the job's */
@@ -592,6 +603,61 @@ void cache_block_put(struct cache *c, struct cache_block *b)
 	pthread_mutex_unlock(&c->lock);
 }
 
+void cache_block_put_behind(struct cache *c, struct cache_block *b)
+{
+	MCFS_ASSERT_NOT_HELD(&c->lock);
+	pthread_mutex_lock(&c->lock);
+	cache_budget_put(&c->budget, CACHE_CLAIM_BEHIND);
+	unref(c, b);
+	pthread_mutex_unlock(&c->lock);
+}
+
+int cache_gpu_window(struct cache *c, unsigned want, int (*stop)(void *), void *arg,
+		     unsigned *granted)
+{
+	struct cache_gpu_wait w = {.want = want};
+	struct timespec ts;
+	int rc = 0, s;
+
+	MCFS_ASSERT_NOT_HELD(&c->lock);
+	pthread_mutex_lock(&c->lock);
+	cache_budget_gpu_enqueue(&c->budget, &w);
+	while (!w.granted) {
+		/* Sleeps on c->gpu_turn (c->lock) until a window is granted to w;
+		 * every 100 ms it asks @stop, without the lock, whether to give up. */
+		clock_gettime(CLOCK_REALTIME, &ts);
+		ts.tv_nsec += 100 * 1000 * 1000;
+		if (ts.tv_nsec >= 1000000000) {
+			ts.tv_sec++;
+			ts.tv_nsec -= 1000000000;
+		}
+		pthread_cond_timedwait(&c->gpu_turn, &c->lock, &ts);
+		if (w.granted || !stop)
+			continue;
+		pthread_mutex_unlock(&c->lock);
+		s = stop(arg);
+		pthread_mutex_lock(&c->lock);
+		if (s && !w.granted) {
+			cache_budget_gpu_cancel(&c->budget, &w);
+			pthread_cond_broadcast(&c->gpu_turn); /* those behind may fit now */
+			rc = -EINTR;
+			break;
+		}
+	}
+	*granted = w.granted;
+	pthread_mutex_unlock(&c->lock);
+	return rc;
+}
+
+void cache_gpu_window_put(struct cache *c, unsigned n)
+{
+	MCFS_ASSERT_NOT_HELD(&c->lock);
+	pthread_mutex_lock(&c->lock);
+	cache_budget_gpu_put(&c->budget, n);
+	pthread_cond_broadcast(&c->gpu_turn);
+	pthread_mutex_unlock(&c->lock);
+}
+
 const char *cache_block_data(const struct cache_block *b)
 {
 	return b->data;
@@ -629,12 +695,20 @@ static int start_background(struct cache *c, struct cache_file *f, uint64_t inde
 		rc = -EAGAIN;
 		goto out;
 	}
+	/* The one budget (budget.h): background holds at most half the slots,
+	 * and yields to a reader waiting for one. */
+	if (!cache_budget_take(&c->budget, CACHE_CLAIM_PREFETCH)) {
+		rc = -EAGAIN;
+		goto out;
+	}
 	b = take_slot(c, true);
 	if (!b) {
+		cache_budget_put(&c->budget, CACHE_CLAIM_PREFETCH);
 		rc = -EAGAIN;
 		goto out;
 	}
 	start_loading(c, b, f, index, 1); /* the job's */
+	b->bg_job = true;
 	if (warm) {
 		b->warm = true;
 		c->warm_jobs++;
@@ -766,6 +840,10 @@ void cache_get_stats(struct cache *c, struct cache_stats *out)
 	out->slots_used = c->nslots - c->free.n;
 	out->inflight = c->inflight;
 	out->prefetch_bytes = c->prefetch_bytes;
+	out->ram_background_slots =
+	    c->budget.held[CACHE_CLAIM_PREFETCH] + c->budget.held[CACHE_CLAIM_BEHIND];
+	out->ram_budget_refusals = c->budget.refusals;
+	out->gpu_window_waits = c->budget.gpu_waits;
 	out->file_identities = c->nfiles;
 	pthread_mutex_unlock(&c->lock);
 	out->ram_bytes_limit = c->nslots * c->bs;

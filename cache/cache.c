@@ -53,6 +53,7 @@ static int init_tables(struct cache *c)
 	if (!c->buckets || !c->fbuckets || !c->slots || !c->page_bits)
 		return -ENOMEM;
 	cache_lists_init(c);
+	cache_budget_init(&c->budget, c->nslots);
 	for (i = 0; i < c->nslots; i++) {
 		c->slots[i].data = c->region + i * c->bs;
 		c->slots[i].pages = c->page_bits + i * c->page_words;
@@ -105,6 +106,7 @@ int cache_new(const struct cfg *cfg, struct cache **out)
 	pthread_cond_init(&c->loaded, NULL);
 	pthread_cond_init(&c->freed, NULL);
 	pthread_cond_init(&c->work, NULL);
+	pthread_cond_init(&c->gpu_turn, NULL);
 	c->lockfd = -1;
 	rc = cache_ram_alloc(c); /* ram.c; placed and faulted in by cache_ram_place() */
 	if (rc == 0)
@@ -171,6 +173,7 @@ void cache_free(struct cache *c)
 	pthread_cond_destroy(&c->loaded);
 	pthread_cond_destroy(&c->freed);
 	pthread_cond_destroy(&c->work);
+	pthread_cond_destroy(&c->gpu_turn);
 	remote_close(c->remote); /* no fetch thread is left to use it */
 	free(c);
 }

@@ -149,6 +149,22 @@ void cache_ram_place(struct cache *c, const int *gpu_nodes, unsigned ngpus);
 size_t cache_ram_slots(const struct cache *c);
 
 /*
+ * A GPU load's window: how many RAM-tier blocks it may hold at once. GPU
+ * loads hold a quarter of the slots at most together (cache/budget.h says
+ * why no mix of loads and readers can then deadlock): a load asks for
+ * @want (>= 1) and waits its turn, first come first served, until a window
+ * fits; *@granted is then between 1 and @want. While it waits, @stop (may be
+ * NULL) is called every 100 ms without any lock held; when it returns
+ * non-zero the load gives up: -EINTR, nothing held. Give the window back
+ * with cache_gpu_window_put(), once its blocks are released.
+ */
+MCFS_MUST_CHECK int cache_gpu_window(struct cache *c, unsigned want, int (*stop)(void *), void *arg,
+				     unsigned *granted);
+
+/* Gives back a window of @n slots from cache_gpu_window(). Can't fail. */
+void cache_gpu_window_put(struct cache *c, unsigned n);
+
+/*
  * Returns a new reference to the identity of (path, version) with its size;
  * drop with cache_file_put(). The same (path, version) always maps to the
  * same identity, so a reopen finds the blocks read before.

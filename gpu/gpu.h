@@ -166,7 +166,7 @@ struct gpu_load_result {
 	uint64_t blocks;   /* block copies issued (a block shared by two ranges counts twice) */
 	uint64_t unpinned; /* of which from memory not registered with CUDA */
 	uint64_t ipc_ns;   /* opening (or finding) and releasing the IPC mapping */
-	uint64_t wait_blocks_ns; /* in cache_block_get(): blocks being fetched */
+	uint64_t wait_blocks_ns; /* in cache_block_get() (blocks being fetched) and for a window */
 	uint64_t wait_copies_ns; /* waiting for copies to complete */
 };
 
