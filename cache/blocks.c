@@ -31,7 +31,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
-#include <time.h>
 
 /* ---- lists ------------------------------------------------------------- */
 
@@ -609,52 +608,6 @@ void cache_block_put_behind(struct cache *c, struct cache_block *b)
 	pthread_mutex_lock(&c->lock);
 	cache_budget_put(&c->budget, CACHE_CLAIM_BEHIND);
 	unref(c, b);
-	pthread_mutex_unlock(&c->lock);
-}
-
-int cache_gpu_window(struct cache *c, unsigned want, int (*stop)(void *), void *arg,
-		     unsigned *granted)
-{
-	struct cache_gpu_wait w = {.want = want};
-	struct timespec ts;
-	int rc = 0, s;
-
-	MCFS_ASSERT_NOT_HELD(&c->lock);
-	pthread_mutex_lock(&c->lock);
-	cache_budget_gpu_enqueue(&c->budget, &w);
-	while (!w.granted) {
-		/* Sleeps on c->gpu_turn (c->lock) until a window is granted to w;
-		 * every 100 ms it asks @stop, without the lock, whether to give up. */
-		clock_gettime(CLOCK_REALTIME, &ts);
-		ts.tv_nsec += 100 * 1000 * 1000;
-		if (ts.tv_nsec >= 1000000000) {
-			ts.tv_sec++;
-			ts.tv_nsec -= 1000000000;
-		}
-		pthread_cond_timedwait(&c->gpu_turn, &c->lock, &ts);
-		if (w.granted || !stop)
-			continue;
-		pthread_mutex_unlock(&c->lock);
-		s = stop(arg);
-		pthread_mutex_lock(&c->lock);
-		if (s && !w.granted) {
-			cache_budget_gpu_cancel(&c->budget, &w);
-			pthread_cond_broadcast(&c->gpu_turn); /* those behind may fit now */
-			rc = -EINTR;
-			break;
-		}
-	}
-	*granted = w.granted;
-	pthread_mutex_unlock(&c->lock);
-	return rc;
-}
-
-void cache_gpu_window_put(struct cache *c, unsigned n)
-{
-	MCFS_ASSERT_NOT_HELD(&c->lock);
-	pthread_mutex_lock(&c->lock);
-	cache_budget_gpu_put(&c->budget, n);
-	pthread_cond_broadcast(&c->gpu_turn);
 	pthread_mutex_unlock(&c->lock);
 }
 

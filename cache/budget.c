@@ -1,12 +1,15 @@
 /*
- * budget.c - the arithmetic of the RAM tier's one budget (budget.h says the
- * rules and why they keep every claimant moving). Pure: no lock is taken
- * and nothing sleeps here; blocks.c calls it under cache->lock and does the
- * waiting, so that budget_test.c can drive it step by step.
+ * budget.c - the RAM tier's one budget (budget.h says the rules and why
+ * they keep every claimant moving). The arithmetic is pure: no lock is
+ * taken and nothing sleeps in it; blocks.c calls it under cache->lock, and
+ * budget_test.c drives it step by step. At the end, the GPU loads' entry
+ * points (cache.h), which take cache->lock and sleep for a window.
  */
-#include "budget.h"
+#define _GNU_SOURCE
+#include "cache_int.h"
 
-#include "mcfs.h"
+#include <errno.h>
+#include <time.h>
 
 void cache_budget_init(struct cache_budget *b, size_t slots)
 {
@@ -96,4 +99,52 @@ void cache_budget_gpu_put(struct cache_budget *b, unsigned n)
 {
 	b->gpu_held -= MCFS_MIN(n, b->gpu_held);
 	cache_budget_gpu_grant(b);
+}
+
+/* ---- GPU loads' windows (cache.h) ------------------------------------- */
+
+int cache_gpu_window(struct cache *c, unsigned want, int (*stop)(void *), void *arg,
+		     unsigned *granted)
+{
+	struct cache_gpu_wait w = {.want = want};
+	struct timespec ts;
+	int rc = 0, s;
+
+	MCFS_ASSERT_NOT_HELD(&c->lock);
+	pthread_mutex_lock(&c->lock);
+	cache_budget_gpu_enqueue(&c->budget, &w);
+	while (!w.granted) {
+		/* Sleeps on c->gpu_turn (c->lock) until a window is granted to w;
+		 * every 100 ms it asks @stop, without the lock, whether to give up. */
+		clock_gettime(CLOCK_REALTIME, &ts);
+		ts.tv_nsec += 100 * 1000 * 1000;
+		if (ts.tv_nsec >= 1000000000) {
+			ts.tv_sec++;
+			ts.tv_nsec -= 1000000000;
+		}
+		pthread_cond_timedwait(&c->gpu_turn, &c->lock, &ts);
+		if (w.granted || !stop)
+			continue;
+		pthread_mutex_unlock(&c->lock);
+		s = stop(arg);
+		pthread_mutex_lock(&c->lock);
+		if (s && !w.granted) {
+			cache_budget_gpu_cancel(&c->budget, &w);
+			pthread_cond_broadcast(&c->gpu_turn); /* those behind may fit now */
+			rc = -EINTR;
+			break;
+		}
+	}
+	*granted = w.granted;
+	pthread_mutex_unlock(&c->lock);
+	return rc;
+}
+
+void cache_gpu_window_put(struct cache *c, unsigned n)
+{
+	MCFS_ASSERT_NOT_HELD(&c->lock);
+	pthread_mutex_lock(&c->lock);
+	cache_budget_gpu_put(&c->budget, n);
+	pthread_cond_broadcast(&c->gpu_turn);
+	pthread_mutex_unlock(&c->lock);
 }
