@@ -152,6 +152,12 @@ void cache_free(struct cache *c)
 	free(c->threads);
 	cache_tiers_close(c); /* writes what is queued; drops the writer's block refs */
 	pthread_mutex_lock(&c->lock);
+	/* Every writer's reference goes back through cache_block_put_behind():
+	 * one that did not would have held readahead back for the mount's life. */
+	if (c->budget.held[CACHE_CLAIM_BEHIND])
+		MCFS_ERR("RAM tier: %u write-behind claims were never given back (a writer "
+			 "dropped its block without cache_block_put_behind)",
+			 c->budget.held[CACHE_CLAIM_BEHIND]);
 	for (j = 0; c->slots && j < c->nslots; j++) /* readahead nobody read */
 		if (c->slots[j].tally)
 			cache_ra_tally_unref(c, c->slots[j].tally);

@@ -71,7 +71,7 @@ int cache_ram_alloc(struct cache *c)
 /* The placement and its prefault threads; freed by cache_ram_stop(). */
 struct cache_ram_numa {
 	struct mcfs_numa_plan plan;
-	unsigned nthreads; /* started */
+	unsigned nthreads; /* started: written by cache_ram_place()'s thread only */
 	pthread_t *threads;
 	atomic_uint live;	 /* threads still faulting */
 	unsigned long long t0;	 /* mcfs_now_ns() at start */
@@ -155,18 +155,20 @@ static int fault_range(struct cache *c, uint64_t off, uint64_t len, uint64_t *do
 static void prefault_end(struct cache *c)
 {
 	struct cache_ram_numa *n = c->numa;
-	uint64_t bytes = atomic_load(&c->prefault_bytes);
+	uint64_t bytes;
 	char b[32];
 
 	if (atomic_fetch_sub(&n->live, 1) != 1)
 		return;
+	/* after every other thread's last add: they came before their own sub */
+	bytes = atomic_load(&c->prefault_bytes);
 	atomic_store(&c->prefault_state, atomic_load(&n->unsupp)  ? CACHE_PREFAULT_OFF
 					 : bytes >= c->region_len ? CACHE_PREFAULT_DONE
 								  : CACHE_PREFAULT_STOPPED);
-	if (bytes >= c->region_len)
+	if (bytes >= c->region_len) /* nworkers: fixed before the threads start */
 		MCFS_INFO("RAM tier: %s faulted in in %.2f s by %u thread(s)",
 			  mcfs_fmt_bytes(c->region_len, b, sizeof(b)),
-			  (mcfs_now_ns() - n->t0) / 1e9, n->nthreads);
+			  (mcfs_now_ns() - n->t0) / 1e9, n->plan.nworkers);
 }
 
 /*
