@@ -197,6 +197,7 @@ static void start_loading(struct cache *c, struct cache_block *b, struct cache_f
 	b->prefetched = false;
 	b->tally = NULL;
 	b->warm = false;
+	b->bg_job = false;
 	b->extending = false;
 	b->xerr = 0;
 	b->vlo = 0;
@@ -423,8 +424,14 @@ void *cache_fetch_thread(void *arg)
 			b->warm = false;
 			c->warm_jobs--;
 		}
-		if (behind)
+		if (b->bg_job) {
+			b->bg_job = false;
+			cache_budget_put(&c->budget, CACHE_CLAIM_PREFETCH);
+		}
+		if (behind) {
 			b->refs++;
+			(void)cache_budget_take(&c->budget, CACHE_CLAIM_BEHIND); /* never refused */
+		}
 		pthread_cond_broadcast(&c->loaded);
 		unref(c, b); /* the job's reference */
 		if (behind) {
@@ -522,8 +529,11 @@ int cache_block_get_range(struct cache *c, struct cache_file *f, uint64_t index,
 			b = take_slot(c, false);
 			if (!b) {
 				/* Every slot is held by a reader or a fetch: sleeps on
-				 * c->freed (c->lock) until one is put back. */
+				 * c->freed (c->lock) until one is put back. While it
+				 * waits, no new background claim is admitted (budget.h). */
+				c->budget.readers_waiting++;
 				pthread_cond_wait(&c->freed, &c->lock);
+				c->budget.readers_waiting--;
 				continue;
 			}
 			start_loading(c, b, f, index, 2); /* ours and the job's */
@@ -592,6 +602,15 @@ void cache_block_put(struct cache *c, struct cache_block *b)
 	pthread_mutex_unlock(&c->lock);
 }
 
+void cache_block_put_behind(struct cache *c, struct cache_block *b)
+{
+	MCFS_ASSERT_NOT_HELD(&c->lock);
+	pthread_mutex_lock(&c->lock);
+	cache_budget_put(&c->budget, CACHE_CLAIM_BEHIND);
+	unref(c, b);
+	pthread_mutex_unlock(&c->lock);
+}
+
 const char *cache_block_data(const struct cache_block *b)
 {
 	return b->data;
@@ -629,12 +648,20 @@ static int start_background(struct cache *c, struct cache_file *f, uint64_t inde
 		rc = -EAGAIN;
 		goto out;
 	}
+	/* The one budget (budget.h): background holds at most half the slots,
+	 * and yields to a reader waiting for one. */
+	if (!cache_budget_take(&c->budget, CACHE_CLAIM_PREFETCH)) {
+		rc = -EAGAIN;
+		goto out;
+	}
 	b = take_slot(c, true);
 	if (!b) {
+		cache_budget_put(&c->budget, CACHE_CLAIM_PREFETCH);
 		rc = -EAGAIN;
 		goto out;
 	}
 	start_loading(c, b, f, index, 1); /* the job's */
+	b->bg_job = true;
 	if (warm) {
 		b->warm = true;
 		c->warm_jobs++;
@@ -766,12 +793,17 @@ void cache_get_stats(struct cache *c, struct cache_stats *out)
 	out->slots_used = c->nslots - c->free.n;
 	out->inflight = c->inflight;
 	out->prefetch_bytes = c->prefetch_bytes;
+	out->ram_background_slots =
+	    c->budget.held[CACHE_CLAIM_PREFETCH] + c->budget.held[CACHE_CLAIM_BEHIND];
+	out->ram_budget_refusals = c->budget.refusals;
+	out->gpu_window_waits = c->budget.gpu_waits;
 	out->file_identities = c->nfiles;
 	pthread_mutex_unlock(&c->lock);
 	out->ram_bytes_limit = c->nslots * c->bs;
 	out->ram_bytes_used = out->slots_used * c->bs;
 	out->ram_prefault = (uint64_t)atomic_load(&c->prefault_state);
 	out->ram_faulted_bytes = atomic_load_explicit(&c->prefault_bytes, memory_order_relaxed);
+	out->ram_numa_nodes = atomic_load(&c->numa_nodes);
 	cache_tier_stats(c, out);
 	cache_backing_stats(c, out);
 	out->reads = atomic_load_explicit(&c->reads, memory_order_relaxed);

@@ -39,122 +39,6 @@ static unsigned log2u(uint64_t v)
 	return s;
 }
 
-static int alloc_region(struct cache *c)
-{
-	void *p;
-
-	c->region_len = c->nslots * c->bs;
-	/* NORESERVE: pages are touched on first use, so a large ram_cache costs
-	 * nothing until blocks are read. */
-	p = mmap(NULL, c->region_len, PROT_READ | PROT_WRITE,
-		 MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-	if (p == MAP_FAILED)
-		return -errno;
-	/* Huge pages: fewer TLB misses and page faults when filling 8 MiB slots. */
-	madvise(p, c->region_len, MADV_HUGEPAGE);
-	c->region = p;
-	return 0;
-}
-
-#ifndef MADV_POPULATE_WRITE
-#define MADV_POPULATE_WRITE 23 /* Linux 5.14; older kernels answer EINVAL */
-#endif
-#define PREFAULT_CHUNK (2ull << 20)	   /* one huge page per madvise() */
-#define PREFAULT_CHECK_EVERY (64ull << 20) /* bytes between looks at MemAvailable */
-#define PREFAULT_KEEP_FREE (512ull << 20)  /* stop before MemAvailable drops below this */
-
-/* MemAvailable in bytes, or UINT64_MAX when /proc/meminfo can't say. */
-static uint64_t mem_available(void)
-{
-	unsigned long long kb = 0;
-	char line[128];
-	FILE *fp = fopen("/proc/meminfo", "re");
-	bool found = false;
-
-	if (!fp)
-		return UINT64_MAX;
-	while (!found && fgets(line, sizeof(line), fp))
-		found = sscanf(line, "MemAvailable: %llu kB", &kb) == 1;
-	fclose(fp);
-	return found ? (uint64_t)kb * 1024 : UINT64_MAX;
-}
-
-/*
- * Faults the RAM tier's memory in. The kernel zeroes every page on first
- * touch (and may compact memory for a huge page); inside a cold read that
- * costs up to a third of the daemon's CPU time on a small node, and makes its
- * speed depend on how fragmented memory happens to be. Done here, it is the
- * same work, earlier. MADV_POPULATE_WRITE leaves contents alone, so slots
- * already in use are safe.
- *
- * One huge page per call, at normal priority: the call holds mmap_lock for
- * reading, and any mmap() in another thread (malloc) waits for it - and every
- * page fault queues behind that waiting writer. With 64 MiB calls, or at
- * nice 19 (preempted while holding the lock), the whole mount stalled for
- * seconds. Stops early at cache_free(), and before the node runs short of
- * memory.
- */
-static void *prefault_thread(void *arg)
-{
-	struct cache *c = arg;
-	unsigned long long t0 = mcfs_now_ns();
-	char b[32], b2[32];
-	size_t off = 0;
-
-	pthread_setname_np(pthread_self(), "mcfs-prefault");
-	while (off < c->region_len && !atomic_load(&c->prefault_stop)) {
-		size_t len = MCFS_MIN(PREFAULT_CHUNK, c->region_len - off);
-
-		if (off % PREFAULT_CHECK_EVERY == 0 &&
-		    mem_available() < PREFAULT_KEEP_FREE + PREFAULT_CHECK_EVERY) {
-			MCFS_INFO("RAM tier: stopped faulting memory in after %s: the node has "
-				  "little memory left; the rest faults in on first use",
-				  mcfs_fmt_bytes(off, b, sizeof(b)));
-			atomic_store(&c->prefault_state, CACHE_PREFAULT_STOPPED);
-			return NULL;
-		}
-		if (madvise(c->region + off, len, MADV_POPULATE_WRITE) < 0) {
-			MCFS_INFO(
-			    "RAM tier: memory faults in on first use (MADV_POPULATE_WRITE: %s)",
-			    strerror(errno));
-			atomic_store(&c->prefault_state, CACHE_PREFAULT_OFF);
-			return NULL;
-		}
-		off += len;
-		atomic_store_explicit(&c->prefault_bytes, off, memory_order_relaxed);
-	}
-	atomic_store(&c->prefault_state,
-		     off >= c->region_len ? CACHE_PREFAULT_DONE : CACHE_PREFAULT_STOPPED);
-	if (off >= c->region_len)
-		MCFS_INFO("RAM tier: %s faulted in in %.2f s",
-			  mcfs_fmt_bytes(c->region_len, b2, sizeof(b2)),
-			  (mcfs_now_ns() - t0) / 1e9);
-	return NULL;
-}
-
-/* ram_prefault: starts prefault_thread(); warns when the tier can't fit in RAM. */
-static void start_prefault(struct cache *c)
-{
-	uint64_t avail = mem_available();
-	char b[32], b2[32];
-	int rc;
-
-	if (avail != UINT64_MAX && c->region_len > avail)
-		MCFS_WARN("ram_cache %s is more than the memory available now (%s): the node "
-			  "may run out of memory as the tier fills",
-			  mcfs_fmt_bytes(c->region_len, b, sizeof(b)),
-			  mcfs_fmt_bytes(avail, b2, sizeof(b2)));
-	if (!c->cfg->ram_prefault)
-		return;
-	atomic_store(&c->prefault_state, CACHE_PREFAULT_RUNNING);
-	rc = pthread_create(&c->prefault, NULL, prefault_thread, c);
-	if (rc) {
-		MCFS_WARN("RAM tier: cannot start faulting memory in: %s", strerror(rc));
-		atomic_store(&c->prefault_state, CACHE_PREFAULT_OFF);
-	}
-	c->prefault_started = rc == 0;
-}
-
 static int init_tables(struct cache *c)
 {
 	size_t i;
@@ -169,6 +53,7 @@ static int init_tables(struct cache *c)
 	if (!c->buckets || !c->fbuckets || !c->slots || !c->page_bits)
 		return -ENOMEM;
 	cache_lists_init(c);
+	cache_budget_init(&c->budget, c->nslots);
 	for (i = 0; i < c->nslots; i++) {
 		c->slots[i].data = c->region + i * c->bs;
 		c->slots[i].pages = c->page_bits + i * c->page_words;
@@ -221,8 +106,9 @@ int cache_new(const struct cfg *cfg, struct cache **out)
 	pthread_cond_init(&c->loaded, NULL);
 	pthread_cond_init(&c->freed, NULL);
 	pthread_cond_init(&c->work, NULL);
+	pthread_cond_init(&c->gpu_turn, NULL);
 	c->lockfd = -1;
-	rc = alloc_region(c);
+	rc = cache_ram_alloc(c); /* ram.c; placed and faulted in by cache_ram_place() */
 	if (rc == 0)
 		rc = init_tables(c);
 	if (rc == 0)
@@ -237,8 +123,6 @@ int cache_new(const struct cfg *cfg, struct cache **out)
 	}
 	if (rc == 0)
 		rc = start_threads(c);
-	if (rc == 0)
-		start_prefault(c);
 	if (rc < 0) {
 		MCFS_ERR("cannot set up the block cache (%zu slots of %llu bytes): %s", c->nslots,
 			 (unsigned long long)c->bs, strerror(-rc));
@@ -257,9 +141,7 @@ void cache_free(struct cache *c)
 
 	if (!c)
 		return;
-	atomic_store(&c->prefault_stop, true);
-	if (c->prefault_started)
-		pthread_join(c->prefault, NULL);
+	cache_ram_stop(c);	   /* the prefault threads */
 	cache_tier_shared_stop(c); /* a fetch thread waiting on another node's block */
 	pthread_mutex_lock(&c->lock);
 	c->stopping = true;
@@ -270,6 +152,12 @@ void cache_free(struct cache *c)
 	free(c->threads);
 	cache_tiers_close(c); /* writes what is queued; drops the writer's block refs */
 	pthread_mutex_lock(&c->lock);
+	/* Every writer's reference goes back through cache_block_put_behind():
+	 * one that did not would have held readahead back for the mount's life. */
+	if (c->budget.held[CACHE_CLAIM_BEHIND])
+		MCFS_ERR("RAM tier: %u write-behind claims were never given back (a writer "
+			 "dropped its block without cache_block_put_behind)",
+			 c->budget.held[CACHE_CLAIM_BEHIND]);
 	for (j = 0; c->slots && j < c->nslots; j++) /* readahead nobody read */
 		if (c->slots[j].tally)
 			cache_ra_tally_unref(c, c->slots[j].tally);
@@ -291,6 +179,7 @@ void cache_free(struct cache *c)
 	pthread_cond_destroy(&c->loaded);
 	pthread_cond_destroy(&c->freed);
 	pthread_cond_destroy(&c->work);
+	pthread_cond_destroy(&c->gpu_turn);
 	remote_close(c->remote); /* no fetch thread is left to use it */
 	free(c);
 }

@@ -131,9 +131,38 @@ void cache_free(struct cache *c);
  */
 void cache_ram_region(struct cache *c, void **base, size_t *len);
 
+/*
+ * Places the RAM tier's memory and starts ram_prefault. @gpu_nodes: the NUMA
+ * node of each of the @ngpus devices that read the tier by DMA (-1 where it
+ * is unknown; NULL when 0). On a host of several nodes, each range of the
+ * region is preferred on a node chosen for those devices (common/mcfs_numa.h
+ * says how) and faulted in by a thread on that node's CPUs; on one node it
+ * is only faulted in. Logs the placement in one line (and a refused mbind()
+ * once: the tier then goes where it is first touched). Call once, before the
+ * region is pinned or read: gpu_new() does, in either build; a later call
+ * does nothing. Borrows @gpu_nodes for the call. Can't fail.
+ */
+void cache_ram_place(struct cache *c, const int *gpu_nodes, unsigned ngpus);
+
 /* Slots of the RAM tier: blocks it holds at most. Fixed for the cache's life.
  * Can't fail. */
 size_t cache_ram_slots(const struct cache *c);
+
+/*
+ * A GPU load's window: how many RAM-tier blocks it may hold at once. GPU
+ * loads hold a quarter of the slots at most together (cache/budget.h says
+ * why no mix of loads and readers can then deadlock): a load asks for
+ * @want (>= 1) and waits its turn, first come first served, until a window
+ * fits; *@granted is then between 1 and @want. While it waits, @stop (may be
+ * NULL) is called every 100 ms without any lock held; when it returns
+ * non-zero the load gives up: -EINTR, nothing held. Give the window back
+ * with cache_gpu_window_put(), once its blocks are released.
+ */
+MCFS_MUST_CHECK int cache_gpu_window(struct cache *c, unsigned want, int (*stop)(void *), void *arg,
+				     unsigned *granted);
+
+/* Gives back a window of @n slots from cache_gpu_window(). Can't fail. */
+void cache_gpu_window_put(struct cache *c, unsigned n);
 
 /*
  * Returns a new reference to the identity of (path, version) with its size;

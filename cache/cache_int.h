@@ -14,6 +14,7 @@
 #include <pthread.h>
 #include <stdatomic.h>
 
+#include "budget.h"
 #include "cache.h"
 #include "disk.h"
 #include "mcfs_lock.h"
@@ -46,6 +47,7 @@ struct cache_block {
 	bool prefetched; /* fetched by readahead, not read yet: counts in prefetch_bytes */
 	bool queued;	 /* on the job queue, not yet taken by a fetch thread */
 	bool warm;	 /* a warm-up fetch: counts in cache->warm_jobs while LOADING */
+	bool bg_job;	 /* a background job: holds a CACHE_CLAIM_PREFETCH until it ends */
 	struct cache_ra_tally *tally; /* while prefetched: the tally of the stream that
 					 asked for it (a reference), or NULL */
 	/* Where the last job's bytes came from (enum cache_fill), so that
@@ -103,22 +105,24 @@ struct cache {
 	uint64_t prefetch_budget; /* bytes */
 
 	pthread_mutex_t lock;
-	pthread_cond_t loaded; /* some LOADING slot left that state */
-	pthread_cond_t freed;  /* a slot went to the free list or the LRU */
-	pthread_cond_t work;   /* the job queue got a job, or stopping */
+	pthread_cond_t loaded;	 /* some LOADING slot left that state */
+	pthread_cond_t freed;	 /* a slot went to the free list or the LRU */
+	pthread_cond_t work;	 /* the job queue got a job, or stopping */
+	pthread_cond_t gpu_turn; /* a GPU load waiting for a window got one */
 
 	struct cache_block **buckets;	  /* guarded by lock */
 	size_t nbuckets;		  /* power of two */
 	struct slot_list lru, free, jobs; /* guarded by lock */
 	struct cache_file **fbuckets;	  /* guarded by lock */
 	size_t nfbuckets;
-	uint64_t next_file_id;	 /* guarded by lock */
-	uint64_t nfiles;	 /* guarded by lock: identities in fbuckets */
-	bool stopping;		 /* guarded by lock */
-	unsigned inflight;	 /* guarded by lock: fetches running */
-	uint64_t prefetch_bytes; /* guarded by lock */
-	unsigned warm_jobs;	 /* guarded by lock: warm-up fetches queued or running */
-	struct cache_stats st;	 /* guarded by lock (counters only) */
+	uint64_t next_file_id;	    /* guarded by lock */
+	uint64_t nfiles;	    /* guarded by lock: identities in fbuckets */
+	bool stopping;		    /* guarded by lock */
+	unsigned inflight;	    /* guarded by lock: fetches running */
+	uint64_t prefetch_bytes;    /* guarded by lock */
+	unsigned warm_jobs;	    /* guarded by lock: warm-up fetches queued or running */
+	struct cache_stats st;	    /* guarded by lock (counters only) */
+	struct cache_budget budget; /* guarded by lock: the slots' one budget (budget.h) */
 
 	atomic_uint_fast64_t reads, read_bytes; /* cache_read()'s counters (relaxed) */
 	/* cache_confirm()'s counters (relaxed), and whether offline said it serves
@@ -129,8 +133,10 @@ struct cache {
 	 * recorded in LMDB before it are stale whatever their age. 0: none. */
 	atomic_int_fast64_t distrust_before;
 
-	pthread_t prefault; /* ram_prefault: faults the region in, then ends */
-	bool prefault_started;
+	/* ram.c: the NUMA plan and the prefault threads (ram_prefault), or NULL
+	 * before cache_ram_place(); set there once, freed by cache_ram_stop(). */
+	struct cache_ram_numa *numa;
+	atomic_uint numa_nodes;		     /* nodes the region is placed on, for stats */
 	atomic_bool prefault_stop;	     /* cache_free(): stop early */
 	atomic_int prefault_state;	     /* CACHE_PREFAULT_*, for stats */
 	atomic_uint_fast64_t prefault_bytes; /* faulted in so far */
@@ -182,6 +188,16 @@ void cache_file_unref(struct cache *c, struct cache_file *f);
 void cache_lists_init(struct cache *c);
 void cache_list_push_back(struct slot_list *l, struct cache_block *b);
 void *cache_fetch_thread(void *arg);
+/* Drops a write-behind reference of b (a writer's, taken with a
+ * CACHE_CLAIM_BEHIND): the claim and the reference. Lock not held. */
+void cache_block_put_behind(struct cache *c, struct cache_block *b);
+
+/* ram.c: the region (c->nslots * c->bs bytes, on a huge-page boundary,
+ * untouched): 0 or -errno, with c->region and c->region_len set. */
+MCFS_MUST_CHECK int cache_ram_alloc(struct cache *c);
+/* ram.c: stops and joins the prefault threads and frees the plan; the region
+ * stays mapped (cache_free() unmaps it last). Safe before cache_ram_place(). */
+void cache_ram_stop(struct cache *c);
 
 /* tiers.c: the disk tier and metadata store under cfg->cache_dir (no-ops without). */
 /*

@@ -267,7 +267,21 @@ enum cache_counter_type {
 	  "the metadata store under half its map (asked of the store again when needed).")         \
 	X(FS, inodes_live, "inodes", GAUGE, "inodes", NULL,                                        \
 	  "Inode-table nodes: those the kernel or an open holds, and a bounded number of others "  \
-	  "(recent answers, \"no such name\" among them: docs/architecture.md).")
+	  "(recent answers, \"no such name\" among them: docs/architecture.md).")               \
+	X(CACHE, ram_numa_nodes, "ram_numa_nodes", GAUGE, "cache_ram_numa_nodes", NULL,            \
+	  "NUMA nodes the RAM tier's memory is placed on, near the GPUs (1: a one-node host, no "  \
+	  "placement; 0: not known or refused; the start-up log line says how).")               \
+	X(CACHE, ram_background_slots, "ram_background_slots", GAUGE, "cache_ram_background_slots", \
+	  NULL,                                                                                    \
+	  "RAM-tier slots background claims hold now: fetch jobs of readahead, a GPU load's lead " \
+	  "or warm-up, and write-behind to the disk and shared tiers.")                            \
+	X(CACHE, ram_budget_refusals, "ram_budget_refusals", COUNTER,                              \
+	  "cache_ram_budget_refusals_total", NULL,                                                 \
+	  "Background fetches refused by the RAM tier's budget: background held half the slots, " \
+	  "or a reader waited for one (tried again later).")                                       \
+	X(CACHE, gpu_window_waits, "gpu_window_waits", COUNTER, "gpu_window_waits_total", NULL,    \
+	  "GPU loads that waited their turn for a window of RAM-tier slots (GPU loads hold a "     \
+	  "quarter of the slots at most).")
 /* clang-format on */
 
 /* Why there is no disk tier (disk_off_reason); cache_disk_off_text() words it. */

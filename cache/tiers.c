@@ -397,7 +397,7 @@ static void shared_behind(struct cache *c, struct cache_block *b)
 	if (cache_shared_put(c->shared, &blk, b->data, got, b) == 0)
 		return;
 #endif
-	cache_block_put(c, b); /* dropped (counted there): no callback will come */
+	cache_block_put_behind(c, b); /* dropped (counted there): no callback will come */
 }
 
 void cache_tier_behind(struct cache *c, struct cache_block *b)
@@ -409,6 +409,7 @@ void cache_tier_behind(struct cache *c, struct cache_block *b)
 	if (disk && shared) { /* a reference for each writer */
 		pthread_mutex_lock(&c->lock);
 		b->refs++;
+		(void)cache_budget_take(&c->budget, CACHE_CLAIM_BEHIND); /* never refused */
 		pthread_mutex_unlock(&c->lock);
 	}
 	if (shared)
@@ -417,12 +418,12 @@ void cache_tier_behind(struct cache *c, struct cache_block *b)
 		return;
 	cache_meta_block_key(b->file->path, b->file->version, b->index, &key);
 	if (cache_disk_write(c->disk, &key, b->data, b->len, b) != 0)
-		cache_block_put(c, b); /* not queued: no callback will come */
+		cache_block_put_behind(c, b); /* not queued: no callback will come */
 }
 
 void cache_disk_done(void *ctx, void *arg)
 {
-	cache_block_put(ctx, arg);
+	cache_block_put_behind(ctx, arg);
 }
 
 uint64_t cache_tier_file_bytes(struct cache *c, struct cache_file *f, const bool *in_ram)

@@ -117,4 +117,11 @@ const char *mcfs_escape(const char *in, size_t inlen, char *out, size_t outlen);
  */
 const char *mcfs_nearest(const char *word, const char *const *names, size_t n);
 
+/*
+ * The first line of a small file (a sysfs or procfs knob) into @buf, without
+ * its newline. Returns 0, or -errno (-EIO for an empty file; @buf is then
+ * unspecified). Not logged: a missing knob is an answer, not a failure.
+ */
+MCFS_MUST_CHECK int mcfs_read_line(const char *path, char *buf, size_t len);
+
 #endif

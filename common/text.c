@@ -15,6 +15,7 @@
  */
 #include "mcfs.h"
 
+#include <errno.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -165,4 +166,18 @@ const char *mcfs_nearest(const char *word, const char *const *names, size_t n)
 		}
 	}
 	return hit;
+}
+
+int mcfs_read_line(const char *path, char *buf, size_t len)
+{
+	FILE *fp = fopen(path, "re");
+	int rc = 0;
+
+	if (!fp)
+		return -errno;
+	if (!fgets(buf, (int)len, fp))
+		rc = -EIO;
+	fclose(fp);
+	buf[strcspn(buf, "\n")] = '\0';
+	return rc;
 }

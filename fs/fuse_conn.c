@@ -36,28 +36,13 @@
 /* libfuse's own request size below 3.17.2, and the most it honours there: 256 pages. */
 #define LIBFUSE_DEFAULT_REQUEST (1u << 20)
 
-/* First line of a small sysfs/procfs file into buf. Returns 0 or -errno. */
-static int read_knob(const char *path, char *buf, size_t len)
-{
-	FILE *fp = fopen(path, "r");
-	int rc = 0;
-
-	if (!fp)
-		return -errno;
-	if (!fgets(buf, (int)len, fp))
-		rc = -EIO;
-	fclose(fp);
-	buf[strcspn(buf, "\n")] = '\0';
-	return rc;
-}
-
 static unsigned read_max_pages_limit(void)
 {
 	char buf[32];
 	unsigned long v;
 	char *end;
 
-	if (read_knob(MAX_PAGES_LIMIT_PATH, buf, sizeof(buf)) < 0)
+	if (mcfs_read_line(MAX_PAGES_LIMIT_PATH, buf, sizeof(buf)) < 0)
 		return MAX_PAGES_FIXED;
 	v = strtoul(buf, &end, 10);
 	return end != buf && v > 0 && v <= 65535 ? (unsigned)v : MAX_PAGES_FIXED;
@@ -67,7 +52,7 @@ static bool read_enable_uring(void)
 {
 	char buf[8];
 
-	return read_knob(ENABLE_URING_PATH, buf, sizeof(buf)) == 0 &&
+	return mcfs_read_line(ENABLE_URING_PATH, buf, sizeof(buf)) == 0 &&
 	       (buf[0] == 'Y' || buf[0] == 'y' || buf[0] == '1');
 }
 

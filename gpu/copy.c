@@ -17,6 +17,11 @@
  * slot is never reused under a copy. Blocks of pinned chunks go in one DMA;
  * others (pinning still running, or it failed) through CUDA's pageable path.
  *
+ * Before the first block, the load waits its turn for a window
+ * (cache_gpu_window: GPU loads together hold a quarter of the RAM tier at
+ * most), so that any number of loads at once complete instead of holding
+ * every slot and waiting on each other.
+ *
  * Between blocks the caller's interrupt callback is polled (a FUSE interrupt:
  * Ctrl-C in the loader); the copies in flight are then drained, every
  * reference dropped, and -EINTR returned.
@@ -372,15 +377,25 @@ int gpu_load(struct gpu *g, struct cache_file *f, const struct gpu_load_req *req
 	}
 	rc = gpu_streams_get(g, l.dev, &l.s);
 	if (rc == 0) {
+		/* The window: GPU loads share a quarter of the RAM tier, so a
+		 * load beyond that waits its turn here (cache_gpu_window). */
 		nslots = cache_ram_slots(g->cache);
-		l.window = (unsigned)MCFS_MAX(1, MCFS_MIN((uint64_t)GPU_WINDOW, nslots / 8));
+		t0 = mcfs_now_ns();
+		rc = cache_gpu_window(
+		    g->cache, (unsigned)MCFS_MAX(1, MCFS_MIN((uint64_t)GPU_WINDOW, nslots / 8)),
+		    intr, intr_arg, &l.window);
+		res->wait_blocks_ns += mcfs_now_ns() - t0;
+	}
+	if (rc == 0) {
 		l.ahead = MCFS_MAX((uint64_t)l.window, nslots / 4);
 		l.dbase = (char *)e->base + req->dst_offset;
 		cursor_init(&l.cp, req->ranges, req->nranges);
 		l.pf = l.cp;
 		rc = run_copy(&l, intr, intr_arg, res);
-		gpu_streams_put(g, l.s);
+		cache_gpu_window_put(g->cache, l.window);
 	}
+	if (l.s)
+		gpu_streams_put(g, l.s);
 	t0 = mcfs_now_ns();
 	gpu_ipc_release(g, e, req->close_after);
 	res->ipc_ns += mcfs_now_ns() - t0;

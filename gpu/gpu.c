@@ -24,6 +24,7 @@
  */
 #define _GNU_SOURCE
 #include "gpu_int.h"
+#include "mcfs_numa.h"
 
 #include <dlfcn.h>
 #include <errno.h>
@@ -293,6 +294,31 @@ static int start_prep(struct gpu *g)
 	return 0;
 }
 
+/* The NUMA node of device @dev's PCI function (sysfs), or -1 when unknown. */
+static int numa_node_of(int dev)
+{
+	char busid[32];
+
+	if (cudaDeviceGetPCIBusId(busid, (int)sizeof(busid), dev) != cudaSuccess)
+		return -1;
+	return mcfs_numa_pci_node("/sys", busid);
+}
+
+/* Places the RAM tier near the devices (cache_ram_place), before it is pinned. */
+static int place_region(struct gpu *g)
+{
+	int *nodes = calloc(g->ndev ? (size_t)g->ndev : 1, sizeof(*nodes));
+	int i;
+
+	if (!nodes)
+		return -ENOMEM;
+	for (i = 0; i < g->ndev; i++)
+		nodes[i] = g->devs[i].numa_node;
+	cache_ram_place(g->cache, nodes, (unsigned)g->ndev);
+	free(nodes);
+	return 0;
+}
+
 static int find_devices(struct gpu *g)
 {
 	struct cudaDeviceProp p;
@@ -322,8 +348,10 @@ static int find_devices(struct gpu *g)
 		}
 		g->devs[i].ordinal = i;
 		memcpy(g->devs[i].uuid, p.uuid.bytes, GPU_UUID_SIZE);
-		MCFS_INFO("gpu: device %d: %s, %zu MiB, PCI %04x:%02x:%02x", i, p.name,
-			  p.totalGlobalMem >> 20, p.pciDomainID, p.pciBusID, p.pciDeviceID);
+		g->devs[i].numa_node = numa_node_of(i);
+		MCFS_INFO("gpu: device %d: %s, %zu MiB, PCI %04x:%02x:%02x, NUMA node %d", i,
+			  p.name, p.totalGlobalMem >> 20, p.pciDomainID, p.pciBusID, p.pciDeviceID,
+			  g->devs[i].numa_node);
 	}
 	g->ndev = n;
 	g->ok = true;
@@ -364,6 +392,8 @@ int gpu_new(const struct cfg *cfg, struct cache *cache, struct gpu **out)
 	pthread_mutex_init(&g->lock, NULL);
 	pthread_cond_init(&g->cond, NULL);
 	rc = find_devices(g);
+	if (rc == 0)
+		rc = place_region(g); /* also with no device: it starts ram_prefault */
 	if (rc == 0 && g->ok)
 		rc = start_pinning(g);
 	if (rc < 0) {

@@ -12,6 +12,11 @@
  * gpu_info()) and every load answers -ENODEV. The CUDA runtime is linked
  * statically, so the daemon starts the same way everywhere.
  *
+ * Placement: before anything touches the RAM tier, gpu_new() reads each
+ * device's NUMA node (its PCI function's numa_node in sysfs) and hands them
+ * to cache_ram_place(), which places the tier's memory near the devices and
+ * starts ram_prefault; a build or host without GPUs calls it with none.
+ *
  * Pinning: gpu_new() starts one thread ("mcfs-gpu-pin") that registers the
  * RAM tier with cudaHostRegister in 1 GiB chunks and logs the time it took.
  * Loads that run before a chunk is registered still work: those blocks go
@@ -161,7 +166,7 @@ struct gpu_load_result {
 	uint64_t blocks;   /* block copies issued (a block shared by two ranges counts twice) */
 	uint64_t unpinned; /* of which from memory not registered with CUDA */
 	uint64_t ipc_ns;   /* opening (or finding) and releasing the IPC mapping */
-	uint64_t wait_blocks_ns; /* in cache_block_get(): blocks being fetched */
+	uint64_t wait_blocks_ns; /* in cache_block_get() (blocks being fetched) and for a window */
 	uint64_t wait_copies_ns; /* waiting for copies to complete */
 };
 

@@ -24,7 +24,8 @@
 #define GPU_NSTREAMS 4
 /* Blocks one load holds at once (copies in flight): 16 x 8 MiB = 128 MiB,
  * about 2.5 ms of PCIe 5 time, far more than the per-copy latency. Fewer on
- * a small RAM tier (see copy.c), so that loads never hold every slot. */
+ * a small RAM tier (slots / 8), and granted by the cache's budget
+ * (cache_gpu_window): loads together never hold more than a quarter of it. */
 #define GPU_WINDOW 16
 /* The RAM tier is registered in chunks this big (a multiple of any block
  * size): the pin thread's progress is visible per chunk, and one failed
@@ -36,6 +37,7 @@
 
 struct gpu_dev {
 	int ordinal;			   /* the daemon's CUDA ordinal */
+	int numa_node;			   /* of its PCI function (sysfs); -1: unknown */
 	unsigned char uuid[GPU_UUID_SIZE]; /* cudaDeviceProp.uuid */
 	atomic_int broken;		   /* set after a sticky CUDA error: loads get -ENODEV */
 	atomic_int ready;		   /* GPU_DEV_*: its context and the RAM tier's mapping */

@@ -29,6 +29,7 @@ int gpu_new(const struct cfg *cfg, struct cache *cache, struct gpu **out)
 	if (!g)
 		return -ENOMEM;
 	g->cache = cache;
+	cache_ram_place(cache, NULL, 0); /* no device to place it near: faulted in only */
 	MCFS_INFO("gpu: GPU fast path off: " NO_CUDA);
 	*out = g;
 	return 0;
