@@ -165,12 +165,12 @@ static const struct key keys[] = {
     {"passthrough", KEY_STR, F(passthrough), 0, 0, check_auto_off,
      "auto or off; FUSE passthrough: the kernel reads complete files from their backing "
      "file in cache_dir (libfuse 3.17, root; auto = when all of it is there)"},
-    {"cold_push", KEY_STR, F(cold_push), 0, 0, check_auto_off,
-     "auto or off; a file not complete in the cache whose reader reads on past its first "
-     "block is pushed into the page cache ahead of it (FUSE_NOTIFY_STORE): mmap readers "
-     "at local speed; off = cold_direct_io decides"},
+    {"cold_push", KEY_BOOL, F(cold_push), 0, 0, NULL,
+     "true or false; a file not complete in the cache whose reader reads on past its first "
+     "block is pushed into the page cache ahead of it (FUSE_NOTIFY_STORE) by pusher threads; "
+     "false = cold_direct_io decides"},
     {"cold_direct_io", KEY_STR, F(cold_direct_io), 0, 0, check_auto_off,
-     "auto or off; with cold_push=off, an open of a file not complete in the cache "
+     "auto or off; without cold_push, an open of a file not complete in the cache "
      "bypasses the page cache (direct_io: one copy per byte, no page allocation); auto = "
      "when the kernel lets such opens be mmapped (libfuse 3.16)"},
     {"allow_other", KEY_BOOL, F(allow_other), 0, 0, NULL,
@@ -314,7 +314,6 @@ void cfg_init(struct cfg *c)
 	snprintf(c->io_uring, sizeof(c->io_uring), "auto");
 	snprintf(c->passthrough, sizeof(c->passthrough), "auto");
 	snprintf(c->cold_direct_io, sizeof(c->cold_direct_io), "auto");
-	snprintf(c->cold_push, sizeof(c->cold_push), "auto");
 	c->tls_verify = true;
 	snprintf(c->region, sizeof(c->region), "us-east-1");
 	snprintf(c->addressing, sizeof(c->addressing), "path");

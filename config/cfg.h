@@ -56,7 +56,7 @@ struct cfg {
 	char io_uring[8];	/* "auto", "on" or "off": FUSE over io_uring */
 	char passthrough[8];	/* "auto" or "off": FUSE passthrough of complete files */
 	char cold_direct_io[8]; /* "auto" or "off": direct_io for opens of files not complete */
-	char cold_push[8];	/* "auto" or "off": push cold files into the page cache */
+	bool cold_push;		/* push cold files into the page cache ahead of their reader */
 	bool allow_other;	/* let other users see the mount */
 
 	/* Remote stores (cache/remote). */

@@ -301,6 +301,9 @@ static void test_values(void)
 	expect_ok("cold_direct_io", "auto");
 	expect_ok("cold_direct_io", "off");
 	expect_bad("cold_direct_io", "yes", "auto or off");
+	expect_ok("cold_push", "true");
+	expect_ok("cold_push", "false");
+	expect_bad("cold_push", "auto", "true or false");
 
 	expect_ok("read_ahead_kb", "0");
 	expect_ok("read_ahead_kb", "1048576");

@@ -169,7 +169,7 @@ void fs_conn_init(struct fs_session *s, struct fuse_conn_info *conn)
 		conn->want &= ~FUSE_CAP_OVER_IO_URING;
 #endif
 #ifdef FUSE_CAP_DIRECT_IO_ALLOW_MMAP
-	if (strcmp(s->cfg.cold_direct_io, "off") != 0 && strcmp(s->cfg.cold_push, "off") == 0 &&
+	if (strcmp(s->cfg.cold_direct_io, "off") != 0 && !s->cfg.cold_push &&
 	    (conn->capable & FUSE_CAP_DIRECT_IO_ALLOW_MMAP)) {
 		conn->want |= FUSE_CAP_DIRECT_IO_ALLOW_MMAP;
 		atomic_store(&c->cold_dio, true);
@@ -207,7 +207,7 @@ void fs_conn_note_req(struct fs_session *s, struct fuse_req *req)
 /* How opens of files not complete read: pushed, "direct_io", or "page cache (why)". */
 static const char *cold_state(const struct fs_session *s)
 {
-	if (strcmp(s->cfg.cold_push, "off") != 0)
+	if (s->cfg.cold_push)
 		return "page cache, pushed ahead of their reader (cold_push)";
 	if (atomic_load(&s->conn.cold_dio))
 		return "direct_io";

@@ -143,8 +143,8 @@ bool fs_inode_passthrough(struct fs_session *s, fuse_req_t req, fuse_ino_t ino,
 
 /*
  * Makes a cached open (not passthrough) of a file the cache does not hold
- * whole direct_io when the connection allows it (cold_direct_io with
- * cold_push=off; see inode_open.c): the reads then bypass the page cache.
+ * whole direct_io when the connection allows it (cold_direct_io without
+ * cold_push; see inode_open.c): the reads then bypass the page cache.
  * The open stays counted as a page-cache open of its version. Returns true
  * when it did. Can't fail.
  */

@@ -228,7 +228,7 @@ int fs_push_start(struct fs_session *s)
 	pthread_mutex_init(&pp->lock, NULL);
 	pthread_cond_init(&pp->work, NULL);
 	pthread_cond_init(&pp->idle, NULL);
-	pp->on = strcmp(s->cfg.cold_push, "off") != 0;
+	pp->on = s->cfg.cold_push;
 	if (!pp->on)
 		return 0;
 	/* Each pusher copies a block into the page cache at a few GB/s: a

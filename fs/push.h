@@ -16,7 +16,7 @@ struct fs_push;
 
 /* The session's pushers and the inodes they push. */
 struct fs_pusher {
-	bool on;	      /* cold_push is not off */
+	bool on;	      /* cold_push */
 	pthread_mutex_t lock; /* guards the fields below and every push's state */
 	pthread_cond_t work;  /* a push has blocks left, or stopping */
 	pthread_cond_t idle;  /* a pusher left a block */
@@ -26,7 +26,7 @@ struct fs_pusher {
 	bool stopping;
 };
 
-/* Starts the pushers (none with cold_push=off). Returns 0 or a negative errno (logged). */
+/* Starts the pushers (none without cold_push). Returns 0 or a negative errno (logged). */
 int fs_push_start(struct fs_session *s);
 /* Stops them; before the FUSE session is destroyed. Can't fail. */
 void fs_push_stop(struct fs_session *s);

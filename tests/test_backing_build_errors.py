@@ -55,8 +55,8 @@ def test_failed_build_logged_and_counted_once(tmp):
         assert "2 FAILED to build" in r.stdout, r.stdout
         # mcfs evict forgets a.bin's failure: its next complete open tries again
         os.getxattr(m.p("a.bin"), "user.mcfs.evict")
-        # The kernel's page cache still holds the file (a cold open's push put
-        # it there): drop it, so that the reads reach the cache again.
+        # The kernel's page cache may hold the file (a cold open's push puts it
+        # there, cold_push): drop it, so that the reads reach the cache again.
         fd = os.open(m.p("a.bin"), os.O_RDONLY)
         os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
         os.close(fd)

@@ -26,7 +26,7 @@ from conftest import mcfs_mount
 from gen import MiB, rand_bytes
 
 SIZE = 6 * MiB + 12345
-OPTS = ["block_size=1M", "cold_push=off"]  # cold_push (the default) makes no direct_io opens
+OPTS = ["block_size=1M"]
 
 _libc = ctypes.CDLL(None, use_errno=True)
 _libc.mmap.restype = ctypes.c_void_p

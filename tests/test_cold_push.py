@@ -1,4 +1,4 @@
-"""Cold files pushed into the page cache ahead of their reader (cold_push, issue 23).
+"""Cold files pushed into the page cache ahead of their reader (cold_push=true, issue 23).
 
 An open of a file the cache does not hold whole is a page-cache open; once
 its reader reads on past its first block from the start, the daemon fetches
@@ -8,7 +8,7 @@ the rest of the file and copies each block into the inode's page cache
 What the tests prove, with bytes compared with the source:
 - a cold mmap read (safetensors' way) equals the store's bytes on the posix,
   http and s3 stores, and most of it came by push, not by READs (so the
-  check can fail: with cold_push=off every byte is READ);
+  check can fail: with cold_push=false every byte is READ);
 - with a RAM tier much smaller than the file (eviction while pushing);
 - a reader of the first block only pushes nothing and fetches at most two
   blocks (a header read is not a whole-file fetch);
@@ -30,7 +30,7 @@ from servers import SWIFT_KEY, SWIFT_SECRET, Nginx, Swift, have_nginx, have_swif
 from test_cold_direct import resident
 
 SIZE = 24 * MiB + 4321
-OPTS = ["block_size=1M"]
+OPTS = ["block_size=1M", "cold_push=true"]
 
 
 def mmap_read(path):
@@ -64,7 +64,7 @@ def started_then_mapped(m, name, data):
     """Reads the first 3 blocks (the push starts), waits for the push to end
     with the open still open, then reads the file through an mmap: every page
     is in the page cache by then (pushed, or READ by the first reads), so the
-    mapping's faults send no READ. With cold_push=off they would."""
+    mapping's faults send no READ. Without cold_push they would."""
     with open(m.p(name), "rb", buffering=0) as f:
         assert f.read(3 * MiB) == data[:3 * MiB]
         st0 = wait_pushed(m)
@@ -76,13 +76,13 @@ def started_then_mapped(m, name, data):
         assert st["push_bytes"] >= len(data) - 16 * MiB, st  # the kernel's readahead READ the rest
 
 
-@pytest.mark.parametrize("push", ["auto", "off"])
+@pytest.mark.parametrize("push", ["true", "false"])
 def test_cold_mmap_read_posix(tmp, push):
     data = rand_bytes(SIZE, 2301)
     (tmp / "src" / "w.bin").write_bytes(data)
-    with mcfs_mount(str(tmp / "src"), str(tmp / "mnt"), opts=OPTS + ["cold_push=" + push]) as m:
+    with mcfs_mount(str(tmp / "src"), str(tmp / "mnt"), opts=["block_size=1M", "cold_push=" + push]) as m:
         assert mmap_read(m.p("w.bin")) == data
-        if push == "off":
+        if push == "false":
             st = m.stats()
             assert st["push_files"] == 0 and st["push_bytes"] == 0, st
             assert st["fuse_read_bytes"] >= SIZE, st
@@ -93,12 +93,12 @@ def test_cold_mmap_read_posix(tmp, push):
         assert resident(m.p("w.bin")) > SIZE * 9 // 10
 
 
-@pytest.mark.parametrize("push", ["auto", "off"])
+@pytest.mark.parametrize("push", ["true", "false"])
 def test_pushed_pages_serve_the_mapping(tmp, push):
     data = rand_bytes(SIZE, 2309)
     (tmp / "src" / "w.bin").write_bytes(data)
-    with mcfs_mount(str(tmp / "src"), str(tmp / "mnt"), opts=OPTS + ["cold_push=" + push]) as m:
-        if push == "auto":
+    with mcfs_mount(str(tmp / "src"), str(tmp / "mnt"), opts=["block_size=1M", "cold_push=" + push]) as m:
+        if push == "true":
             started_then_mapped(m, "w.bin", data)
             return
         # the check can fail: without the push, the mapping READs what it reads
