@@ -32,6 +32,7 @@
 #include "mcfs.h"
 
 #include <errno.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -48,14 +49,14 @@ struct fs_push {
 	unsigned char *done; /* per block: taken by a pusher or touched by a READ */
 	unsigned handles;    /* opens that joined */
 	unsigned busy;	     /* pushers working on one of its blocks */
-	bool stopped;	     /* its last open closed, or the kernel forgot the inode */
+	atomic_bool stopped; /* its last open closed, or the kernel forgot the inode */
 	bool finished;	     /* no longer counted in push_active */
 };
 
 /* The push has nothing left to do: it leaves push_active. Lock held. */
 static void note_finished(struct fs_session *s, struct fs_push *p)
 {
-	if (p->finished || p->busy > 0 || (p->left > 0 && !p->stopped))
+	if (p->finished || p->busy > 0 || (p->left > 0 && !atomic_load(&p->stopped)))
 		return;
 	p->finished = true;
 	atomic_fetch_sub_explicit(&s->push_active, 1, memory_order_relaxed);
@@ -75,7 +76,7 @@ static struct fs_push *find(struct fs_pusher *pp, fuse_ino_t ino)
 	struct fs_push *p;
 
 	for (p = pp->list; p; p = p->next)
-		if (p->ino == ino && !p->stopped)
+		if (p->ino == ino && !atomic_load(&p->stopped))
 			return p;
 	return NULL;
 }
@@ -116,7 +117,7 @@ static struct fs_push *next_push(struct fs_pusher *pp)
 	struct fs_push *p;
 
 	for (p = pp->list; p; p = p->next)
-		if (!p->stopped && p->left > 0)
+		if (!atomic_load(&p->stopped) && p->left > 0)
 			return p;
 	return NULL;
 }
@@ -148,7 +149,7 @@ static void push_block(struct fs_session *s, struct fs_push *p, uint64_t k)
 	}
 	bv.buf[0].mem = (void *)cache_block_data(b);
 	bv.buf[0].size = cache_block_len(b);
-	rc = p->stopped || !s->se
+	rc = atomic_load(&p->stopped) || !s->se
 		 ? 0
 		 : fuse_lowlevel_notify_store(s->se, p->ino, (off_t)(k * bs), &bv, 0);
 	cache_block_put(s->cache, b);
@@ -160,7 +161,7 @@ static void push_block(struct fs_session *s, struct fs_push *p, uint64_t k)
 	atomic_fetch_add_explicit(&s->push_errors, 1, memory_order_relaxed);
 	if (rc == -ENOENT) { /* the kernel has no such inode now: nothing to push to */
 		pthread_mutex_lock(&s->push.lock);
-		p->stopped = true;
+		atomic_store(&p->stopped, true);
 		pthread_mutex_unlock(&s->push.lock);
 		return;
 	}
@@ -341,7 +342,7 @@ void fs_push_close(struct fs_session *s, struct fs_handle *h)
 		pthread_mutex_unlock(&pp->lock);
 		return;
 	}
-	p->stopped = true;
+	atomic_store(&p->stopped, true);
 	/* Sleeps on pp->idle (pp->lock) until no pusher is inside a block of it:
 	 * after this release the inode may take another version's pages. */
 	while (p->busy > 0)
