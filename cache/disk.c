@@ -502,8 +502,12 @@ static uint64_t verify_blocks(struct cache_disk *d, int fd, const uint64_t *csum
 	size_t got;
 	ssize_t r;
 
-	*err = buf ? 0 : -ENOMEM;
-	for (j = 0; buf && j < n; j++) {
+	if (!buf) {
+		*err = -ENOMEM;
+		return 0;
+	}
+	*err = 0;
+	for (j = 0; j < n; j++) {
 		for (got = 0; got < lens[j]; got += (size_t)r) {
 			r = pread(fd, buf + got, lens[j] - got, (off_t)(j * d->bs + got));
 			if (r < 0 && errno == EINTR)
@@ -515,7 +519,27 @@ static uint64_t verify_blocks(struct cache_disk *d, int fd, const uint64_t *csum
 			break;
 	}
 	free(buf);
-	return buf ? j : 0;
+	return j;
+}
+
+/* Unpins the @n blocks of @keys and drops block @bad, which failed its
+ * checksum (unless another pin or read holds it: then its next read through
+ * the cache drops it). No lock held. */
+static void refuse(struct cache_disk *d, const struct cache_meta_key *keys, uint64_t n,
+		   uint64_t bad)
+{
+	uint32_t i;
+
+	pthread_mutex_lock(&d->lock);
+	unpin_blocks(d, keys, n);
+	i = cache_disk_find(d, &keys[bad]);
+	if (i != DNIL && d->slots[i].readers == 0 && d->slots[i].state == DS_VALID)
+		kill_slot(d, i);
+	else
+		i = DNIL;
+	pthread_mutex_unlock(&d->lock);
+	if (i != DNIL && drop_dead(d, &i, &keys[bad], 1) < 0)
+		MCFS_ERR("disk tier %s: dropping a bad block from the index failed", d->path);
 }
 
 int cache_disk_pin_file(struct cache_disk *d, const char *path, const char *version, uint64_t size,
@@ -589,17 +613,7 @@ int cache_disk_pin_file(struct cache_disk *d, const char *path, const char *vers
 			MCFS_ERR("disk tier %s: %s (%s): block %llu failed its checksum at "
 				 "registration: no passthrough; the block is fetched again",
 				 d->path, path, version, (unsigned long long)bad);
-			pthread_mutex_lock(&d->lock);
-			unpin_blocks(d, keys, n);
-			i = cache_disk_find(d, &keys[bad]);
-			if (i != DNIL && d->slots[i].readers == 0 && d->slots[i].state == DS_VALID)
-				kill_slot(d, i);
-			else
-				i = DNIL;
-			pthread_mutex_unlock(&d->lock);
-			if (i != DNIL && drop_dead(d, &i, &keys[bad], 1) < 0)
-				MCFS_ERR("disk tier %s: dropping a bad block from the index failed",
-					 d->path);
+			refuse(d, keys, n, bad);
 			close(*fd);
 			*fd = -1;
 			goto out;

@@ -123,7 +123,8 @@ struct cache_disk_verified {
 /* Fills @out. Can't fail. */
 void cache_disk_verify_stats(struct cache_disk *d, struct cache_disk_verified *out);
 
-/* Waits until the write queue is empty and its index entries are committed. */
+/* Waits until every job queued before the call is written (or dropped) and
+ * its index entry committed. */
 void cache_disk_flush(struct cache_disk *d);
 
 /* The tier's counters (struct cache_disk_stats: the DISK rows of cache/counters.h). */

@@ -95,6 +95,8 @@ struct cache_disk {
 	struct djob *q;			    /* ring buffer of jobs; guarded by lock */
 	unsigned qmax, qhead, qlen;
 	unsigned writing;	    /* jobs taken by the writer, not finished; guarded by lock */
+	uint64_t queued_total;	    /* jobs ever queued; guarded by lock */
+	uint64_t finished;	    /* jobs ever finished (done called); guarded by lock */
 	bool stopping;		    /* guarded by lock */
 	bool full;		    /* ENOSPC seen; guarded by lock */
 	bool ndirty;		    /* some slot is dirty; guarded by lock */

@@ -378,6 +378,7 @@ void *cache_disk_writer(void *arg)
 			unsynced = true;
 			pthread_mutex_lock(&d->lock);
 			d->writing -= (unsigned)b.n;
+			d->finished += b.n;
 			pthread_cond_broadcast(&d->drained);
 		} else if (d->ndirty) {
 			b.n = b.ndel = 0;
@@ -432,6 +433,7 @@ int cache_disk_write(struct cache_disk *d, const struct cache_meta_key *k, const
 		d->q[(d->qhead + d->qlen) % d->qmax] =
 		    (struct djob){.key = *k, .data = data, .len = len, .arg = arg};
 		d->qlen++;
+		d->queued_total++;
 		pthread_cond_signal(&d->work);
 	}
 	pthread_mutex_unlock(&d->lock);
@@ -440,9 +442,13 @@ int cache_disk_write(struct cache_disk *d, const struct cache_meta_key *k, const
 
 void cache_disk_flush(struct cache_disk *d)
 {
+	uint64_t target;
+
 	pthread_mutex_lock(&d->lock);
-	/* Sleeps on d->drained (d->lock) until no job is queued or being written. */
-	while (d->qlen || d->writing)
+	/* Sleeps on d->drained (d->lock) until every job queued before this call
+	 * is written: jobs queued meanwhile by busy readers do not keep it waiting. */
+	target = d->queued_total;
+	while (d->finished < target && !d->stopping)
 		pthread_cond_wait(&d->drained, &d->lock);
 	pthread_mutex_unlock(&d->lock);
 }
