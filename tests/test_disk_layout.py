@@ -102,13 +102,13 @@ def flip_byte(path, off):
         os.fsync(f.fileno())
 
 
-def one_file_on_disk(tmp, size, seed):
+def one_file_on_disk(tmp, size, seed, *more):
     """A file of `size` bytes read once through a mount with a disk tier, and
     written behind; returns (src, cache, opts, data)."""
     src = str(tmp / "src")
     data = write_random(os.path.join(src, "w.bin"), size, seed=seed)
     cache = str(tmp / "cache")
-    opts = OPTS + ["cache_dir=" + cache]
+    opts = OPTS + ["cache_dir=" + cache, *more]
     with mcfs_mount(src, str(tmp / "mnt"), opts=opts) as m:
         assert read_all(m.p("w.bin")) == data
         settle(m)
@@ -116,7 +116,9 @@ def one_file_on_disk(tmp, size, seed):
 
 
 def test_flipped_byte_is_dropped_and_fetched_again(tmp):
-    src, cache, opts, data = one_file_on_disk(tmp, 5 * MiB + 17, 231)
+    """Reads through the cache (passthrough off: test_backing_build_errors.py
+    has the registration's check) verify each block read from disk."""
+    src, cache, opts, data = one_file_on_disk(tmp, 5 * MiB + 17, 231, "passthrough=off")
     [vf] = version_files(cache)
     flip_byte(vf, 2 * MiB + 12345)  # block 2
     with mcfs_mount(src, str(tmp / "mnt"), opts=opts) as m:
