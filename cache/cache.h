@@ -380,22 +380,21 @@ void cache_evict_file(struct cache *c, struct cache_file *f, struct cache_evicte
  * The kernel reads a passthrough open's backing file itself, at the file's
  * own offsets, with no request to mcfs; so a backing file must hold the whole
  * version and nothing else. cache/ keeps them (fs/ never sees a path under
- * cache_dir): one plain file per complete version, built from the verified
- * tiers on the first get, bounded by disk_cache. Lock: their own leaf lock.
+ * cache_dir): a version's own file in the disk tier (layout (d)), used as it
+ * is once every block is on disk whole and verified. Lock: their own leaf lock.
  */
 
 /*
  * A read-only descriptor of @f's backing file in *fd (the caller closes it),
- * building the file first if the tiers hold every block of @f whole (the
- * open sleeps for the copy, and opens of the same version wait for it).
- * Pins the file (never evicted) until cache_backing_put(c, f); one put per
- * successful get. Returns 0; -ENOENT when there is none and none can be
- * built (no disk tier, a block missing, an empty file); -ENOSPC when the
- * backing files' share of disk_cache is pinned; or the error of the build
- * (-ESTALE when the file changed in the store), logged and counted once per
- * version: later gets of that version return it at once, without building
- * again, until cache_evict_file() of its path. Threads: any, with
- * no lock of the caller's held (it may do I/O for seconds).
+ * if the disk tier holds every block of @f whole. The first get of a version
+ * in this mount (and the first after one of its blocks changed) reads it and
+ * verifies every block's checksum, at disk speed; there is no copy. Pins
+ * the version (none of its blocks evicted) until cache_backing_put(c, f);
+ * one put per successful get. Returns 0; -ENOENT when there is none (no disk
+ * tier, a block missing or only in RAM, an empty file); -EIO when a block
+ * failed its checksum (dropped, logged and counted in backing_build_errors:
+ * the next read fetches it again); or -errno (logged). Threads: any, with
+ * no lock of the caller's held (it may read the file for seconds).
  */
 MCFS_MUST_CHECK int cache_backing_get(struct cache *c, struct cache_file *f, int *fd);
 /* True if this cache can make backing files (it has a disk tier). Can't fail. */

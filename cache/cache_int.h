@@ -236,11 +236,12 @@ void cache_tier_stats(struct cache *c, struct cache_stats *out);
 /* blocks.c: drops @f's unreferenced blocks from the RAM tier; returns the bytes. */
 uint64_t cache_ram_drop_file(struct cache *c, struct cache_file *f);
 
-/* backing.c: the backing files under STORE_DIR/files, at most @limit bytes (removes
- * what a previous run left). Returns 0 or a negative errno (then no passthrough). */
-MCFS_MUST_CHECK int cache_backing_open(struct cache *c, const char *store_dir, uint64_t limit);
+/* backing.c: passthrough over the disk tier's version files (c->disk set). Returns 0
+ * or -ENOMEM (then no passthrough). */
+MCFS_MUST_CHECK int cache_backing_open(struct cache *c);
 void cache_backing_close(struct cache *c); /* NULL backing is fine */
-/* Unlinks @path's unpinned backing files (pinned ones at their last put); returns bytes. */
+/* Marks @path's pinned versions to be evicted at their last put; returns 0 (the disk
+ * tier's eviction counts the bytes). */
 uint64_t cache_backing_evict_path(struct cache *c, const char *path);
 /* Fills the backing_* counters. No lock held. */
 void cache_backing_stats(struct cache *c, struct cache_stats *out);

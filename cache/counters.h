@@ -166,11 +166,11 @@ enum cache_counter_type {
 	X(FS, fuse_io_uring, "fuse_io_uring", GAUGE, "fuse_io_uring", NULL,                        \
 	  "1 once a request came over FUSE io_uring, else 0.")                                     \
 	X(CACHE, backing_files, "backing_files", GAUGE, "backing_files", NULL,                     \
-	  "Complete file versions with a backing file for FUSE passthrough.")                      \
+	  "Complete file versions verified whole as backing files for FUSE passthrough.")                      \
 	X(CACHE, backing_bytes, "backing_bytes", GAUGE, "backing_bytes", NULL,                     \
-	  "Bytes of those backing files (a second copy on disk, bound by disk_cache).")            \
+	  "Bytes of those versions (their own files in the disk tier: no second copy).")            \
 	X(CACHE, backing_builds, "backing_builds", COUNTER, "backing_builds_total", NULL,          \
-	  "Backing files built from the verified tiers.")                                          \
+	  "Versions verified (every block against its checksum) as backing files.")                                          \
 	X(FS, passthrough, "passthrough", GAUGE, "fuse_passthrough", NULL,                         \
 	  "1 when FUSE passthrough was agreed with the kernel, else 0.")                           \
 	X(FS, passthrough_opens, "passthrough_opens", COUNTER, "passthrough_opens_total", NULL,    \
@@ -252,8 +252,8 @@ enum cache_counter_type {
 	  "forgotten); each is freed at its last FORGET.")                                         \
 	X(CACHE, backing_build_errors, "backing_build_errors", COUNTER,                            \
 	  "backing_build_errors_total", NULL,                                                      \
-	  "Backing files whose build failed, once per file version (logged once; its opens read "  \
-	  "through the cache).")                                         \
+	  "Backing-file verifications that found a bad block (dropped and logged; its opens read " \
+	  "through the cache until it is whole and good again).")                                         \
 	X(CACHE, file_identities, "file_identities", GAUGE, "file_identities", NULL,               \
 	  "File versions the cache knows now: those open, loading or with a block in the RAM "     \
 	  "tier (the others are freed).")                                                          \

@@ -1,16 +1,21 @@
 /*
- * disk.h - the disk tier: blocks kept in one slot file under CACHE_DIR/blocks,
+ * disk.h - the disk tier: blocks kept in one sparse file per file version
+ * under CACHE_DIR/blocks, each block at its own offset (index * block size),
  * indexed in LMDB (cache/meta), written behind the read path and read back
- * with liburing, each read verified by its XXH3-64 checksum.
+ * with liburing, each read verified by its XXH3-64 checksum. A version held
+ * whole is its own backing file for FUSE passthrough (cache_disk_pin_file).
  *
  * Contracts:
  *  - A block is served only if its bytes hash to the checksum committed with
  *    its index entry. A mismatch drops the entry (logged) and reads as a miss:
  *    the caller fetches from the store. Never torn or stale bytes.
  *  - An index entry is committed only after its data write completed, and a
- *    slot is reused only after the entry of its previous block was deleted in
- *    a committed transaction: a killed daemon leaves no entry that points at
- *    bytes of another block (and the checksum would catch one anyway).
+ *    block's bytes are punched out only after its entry's deletion was
+ *    committed: a killed daemon leaves no entry that points at missing or
+ *    other bytes (and the checksum would catch one anyway). Bytes no entry
+ *    claims are punched at the next start-up.
+ *  - disk_cache bounds the version files' allocated bytes: at most
+ *    disk_cache / block size blocks, each at most one block of disk.
  *  - Write-behind is off the reader's path: the caller (a fetch thread) has
  *    already served its readers; cache_disk_write() queues the job, waiting
  *    only while the bounded queue is full (back-pressure on prefetch, so
@@ -46,8 +51,8 @@ struct cache_disk;
 MCFS_MUST_CHECK int cache_disk_limit(const char *dir, const char *spec, uint64_t *bytes);
 
 /*
- * Opens the tier in directory @dir (creating dir/blocks/slots, sized for
- * @limit bytes of @bs-byte blocks) over the index in @meta (borrowed; must
+ * Opens the tier in directory @dir (creating dir/blocks, for at most @limit
+ * bytes of @bs-byte blocks) over the index in @meta (borrowed; must
  * outlive the tier), and starts the writer thread. @done(@ctx, arg) is
  * called by the writer once for each job cache_disk_write() accepted, after
  * its bytes were written or abandoned. @queue_max bounds the write queue.
@@ -84,12 +89,42 @@ MCFS_MUST_CHECK int cache_disk_write(struct cache_disk *d, const struct cache_me
 uint32_t cache_disk_held(struct cache_disk *d, const struct cache_meta_key *k);
 
 /*
- * Drops every block of @path (all versions) that no read is using, from
- * memory and the index. Returns the bytes dropped.
+ * Drops every block of @path (all versions) that no read is using and no
+ * pin holds, from memory, the index and the disk (punched before it
+ * returns). Returns the bytes dropped.
  */
 uint64_t cache_disk_evict_path(struct cache_disk *d, const char *path);
 
-/* Waits until the write queue is empty and its index entries are committed. */
+/*
+ * Pins the @size-byte version (@path, @version) for the kernel and opens its
+ * version file read-only into *fd (the caller closes it; its size is set to
+ * @size). Every block must be held whole; the first pin of the version in
+ * this mount, or the first since one of its blocks changed, reads the file
+ * and checks every block against its checksum (so the kernel is handed
+ * verified bytes, and the page cache holds them). Pinned blocks are never
+ * evicted until cache_disk_unpin_file(); one unpin per 0 returned. The
+ * path's other versions (superseded) are dropped, but for blocks in use.
+ * Returns 0; -ENOENT if the tier does not hold it whole; -EIO if a block
+ * failed its checksum (that block is dropped and logged: the next read
+ * fetches it again, and a later pin verifies again); or -errno (logged).
+ */
+MCFS_MUST_CHECK int cache_disk_pin_file(struct cache_disk *d, const char *path, const char *version,
+					uint64_t size, int *fd);
+/* Unpins what cache_disk_pin_file() pinned. Can't fail. */
+void cache_disk_unpin_file(struct cache_disk *d, const char *path, const char *version,
+			   uint64_t size);
+/* What cache_disk_pin_file() verified. */
+struct cache_disk_verified {
+	uint64_t files;	   /* versions verified whole, unchanged since */
+	uint64_t bytes;	   /* their bytes */
+	uint64_t verifies; /* verifications that passed (counter) */
+	uint64_t errors;   /* verifications that found a bad block (counter) */
+};
+/* Fills @out. Can't fail. */
+void cache_disk_verify_stats(struct cache_disk *d, struct cache_disk_verified *out);
+
+/* Waits until every job queued before the call is written (or dropped) and
+ * its index entry committed. */
 void cache_disk_flush(struct cache_disk *d);
 
 /* The tier's counters (struct cache_disk_stats: the DISK rows of cache/counters.h). */

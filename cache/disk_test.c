@@ -1,7 +1,12 @@
 /*
- * disk_test.c - unit test of cache/disk: write-behind and verified reads,
- * LRU eviction when the tier is full, a corrupted slot is dropped (never
- * served) and counted, eviction by path, and the index surviving a reopen.
+ * disk_test.c - unit test of cache/disk: write-behind into one sparse file
+ * per version (each block at its own offset) and verified reads, LRU
+ * eviction when the tier is full (the victim punched out, an emptied file
+ * unlinked), a corrupted block is dropped (never served) and counted,
+ * eviction by path, a version pinned as a backing file (verified at its first
+ * pin, refused with a flipped byte, never evicted while pinned), the index
+ * and every block surviving a reopen, the start-up sweep of bytes no entry
+ * claims, and an old slot file discarded.
  *
  * Small blocks (64 KiB) and a four-slot tier keep it fast. Exits 0 (pass),
  * 1 (fail) or 77 (skip: no scratch directory or no io_uring).
@@ -16,6 +21,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #define BS (64u * 1024)
@@ -41,7 +47,10 @@ static struct cache_meta_key key(unsigned i)
 {
 	struct cache_meta_key k;
 
-	cache_meta_block_key(i < 100 ? "m/a.bin" : "m/b.bin", "v1", i % 100, &k);
+	cache_meta_block_key(i < 100   ? "m/a.bin"
+			     : i < 200 ? "m/b.bin"
+				       : "m/c.bin",
+			     "v1", i % 100, &k);
 	return k;
 }
 
@@ -85,23 +94,172 @@ static int open_tier(const char *dir, struct cache_meta **m, struct cache_disk *
 	return 0;
 }
 
-static void corrupt_slot(const char *dir, unsigned slot)
+/* The version file of block @i (see key()). */
+static void file_of(const char *dir, unsigned i, char *p, size_t len)
+{
+	struct cache_meta_key k = key(i);
+	size_t n = (size_t)snprintf(p, len, "%s/blocks/", dir);
+	unsigned j;
+
+	for (j = 0; j < 24; j++, n += 2)
+		snprintf(p + n, 3, "%02x", k.b[j]);
+}
+
+/* Allocated bytes of block @i's version file (-1: no file). */
+static long long allocated(const char *dir, unsigned i)
+{
+	char p[4200];
+	struct stat st;
+
+	file_of(dir, i, p, sizeof(p));
+	return stat(p, &st) == 0 ? (long long)st.st_blocks * 512 : -1;
+}
+
+/* Flips bytes of block @i in its version file, at its own offset. */
+static void corrupt(const char *dir, unsigned i)
 {
 	char p[4200], junk[512];
 	int fd;
 
-	snprintf(p, sizeof(p), "%s/blocks/slots", dir);
+	file_of(dir, i, p, sizeof(p));
 	fd = open(p, O_WRONLY);
 	memset(junk, 0xee, sizeof(junk));
-	CHECK(fd >= 0 &&
-		  pwrite(fd, junk, sizeof(junk), (off_t)slot * BS + 1000) == (ssize_t)sizeof(junk),
-	      "scribble on slot %u", slot);
+	CHECK(fd >= 0 && pwrite(fd, junk, sizeof(junk), (off_t)(i % 100) * BS + 700) ==
+			     (ssize_t)sizeof(junk),
+	      "scribble on block %u", i);
+	if (fd >= 0) {
+		fsync(fd);
+		/* the tier reads with O_DIRECT: no stale page cache in the way */
+		posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
+		close(fd);
+	}
+}
+
+/* b.bin: blocks 100 (whole) and 101 (whole) and 102 (short): a 3-block version. */
+#define B_SIZE (2ull * BS + 5000)
+
+static void put_b(struct cache_disk *d, char *buf)
+{
+	struct cache_meta_key k = key(100);
+
+	if (cache_disk_held(d, &k) == 0)
+		put(d, buf, 100, BS);
+	k = key(101);
+	if (cache_disk_held(d, &k) == 0)
+		put(d, buf, 101, BS);
+	k = key(102);
+	if (cache_disk_held(d, &k) == 0)
+		put(d, buf, 102, 5000);
+}
+
+/* The backing-file door: pin (verify), refuse a flipped byte, no eviction of pinned blocks. */
+static void pin_checks(const char *dir, struct cache_disk *d, char *buf, char *rd, char *want)
+{
+	struct cache_disk_verified v;
+	struct cache_meta_key k;
+	struct stat st;
+	unsigned i;
+	char *got;
+	int fd = -1;
+
+	CHECK(cache_disk_pin_file(d, "m/b.bin", "v1", B_SIZE, &fd) == -ENOENT,
+	      "not whole: no backing file");
+	put_b(d, buf);
+	/* a flipped byte: the pin verifies, refuses and drops that block */
+	corrupt(dir, 101);
+	CHECK(cache_disk_pin_file(d, "m/b.bin", "v1", B_SIZE, &fd) == -EIO, "refused: bad block");
+	k = key(101);
+	CHECK(cache_disk_held(d, &k) == 0, "the bad block is dropped");
+	cache_disk_verify_stats(d, &v);
+	CHECK(v.errors == 1 && v.verifies == 0 && v.files == 0, "one failed verification");
+	put_b(d, buf); /* fetched again */
+	CHECK(cache_disk_pin_file(d, "m/b.bin", "v1", B_SIZE, &fd) == 0, "pinned, verified");
+	cache_disk_verify_stats(d, &v);
+	CHECK(v.verifies == 1 && v.files == 1 && v.bytes == B_SIZE, "verified once (%llu)",
+	      (unsigned long long)v.verifies);
+	got = malloc(B_SIZE);
+	CHECK(fd >= 0 && fstat(fd, &st) == 0 && (uint64_t)st.st_size == B_SIZE,
+	      "the backing file has the version's size");
+	CHECK(got && fd >= 0 && pread(fd, got, B_SIZE, 0) == (ssize_t)B_SIZE, "read it whole");
+	for (i = 0; got && i < 3; i++) {
+		fill(want, 100 + i, i < 2 ? BS : 5000);
+		CHECK(memcmp(got + (size_t)i * BS, want, i < 2 ? BS : 5000) == 0,
+		      "backing file block %u", i);
+	}
+	free(got);
+	if (fd >= 0)
+		close(fd);
+	/* pinned: filling the tier evicts nothing of b.bin; eviction by path skips it */
+	for (i = 200; i < 200 + NSLOTS; i++) {
+		k = key(i);
+		fill(buf, i, BS);
+		if (cache_disk_write(d, &k, buf, BS, NULL) == 0)
+			cache_disk_flush(d);
+	}
+	CHECK(cache_disk_evict_path(d, "m/b.bin") == 0, "pinned blocks are not evicted by path");
+	for (i = 0; i < 3; i++)
+		CHECK(get(d, rd, want, 100 + i, i < 2 ? BS : 5000) == 0, "pinned block %u stays",
+		      i);
+	/* the second pin is not verified again */
+	CHECK(cache_disk_pin_file(d, "m/b.bin", "v1", B_SIZE, &fd) == 0, "second pin");
+	if (fd >= 0)
+		close(fd);
+	cache_disk_verify_stats(d, &v);
+	CHECK(v.verifies == 1, "verified once per mount (%llu)", (unsigned long long)v.verifies);
+	cache_disk_unpin_file(d, "m/b.bin", "v1", B_SIZE);
+	cache_disk_unpin_file(d, "m/b.bin", "v1", B_SIZE);
+	CHECK(cache_disk_evict_path(d, "m/b.bin") == 2 * BS + 5000, "unpinned: evicted");
+	CHECK(allocated(dir, 100) == -1, "b.bin's file is gone");
+}
+
+/* Bytes no entry claims (a kill between a write and its entry) are punched at
+ * start-up; an old layout's slot file is discarded. */
+static void sweep_checks(const char *dir, char *buf, char *rd, char *want)
+{
+	struct cache_meta *m = NULL;
+	struct cache_disk *d = NULL;
+	char p[4200];
+	long long before;
+	int fd;
+
+	CHECK(open_tier(dir, &m, &d) == 0, "reopen for the sweep");
+	if (!d)
+		return;
+	put(d, buf, 0, BS);
+	cache_disk_close(d);
+	cache_meta_close(m);
+	/* as if a kill came after block 1's write, before its entry */
+	file_of(dir, 0, p, sizeof(p));
+	fd = open(p, O_WRONLY);
+	fill(buf, 1, BS);
+	CHECK(fd >= 0 && pwrite(fd, buf, BS, BS) == (ssize_t)BS, "stray block 1");
 	if (fd >= 0) {
 		fsync(fd);
 		close(fd);
 	}
-	/* the tier reads with O_DIRECT: make sure no stale page cache is in the way */
-	posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
+	before = allocated(dir, 0);
+	CHECK(open_tier(dir, &m, &d) == 0, "reopen after the stray write");
+	if (!d)
+		return;
+	CHECK(allocated(dir, 0) <= before - BS, "the stray block is punched (%lld -> %lld)", before,
+	      allocated(dir, 0));
+	CHECK(get(d, rd, want, 0, BS) == 0, "block 0 is kept");
+	CHECK(get(d, rd, want, 1, BS) == -ENOENT, "block 1 has no entry");
+	cache_disk_close(d);
+	cache_meta_close(m);
+	/* an old layout: its slot file is discarded, and so are its blocks */
+	snprintf(p, sizeof(p), "%s/blocks/slots", dir);
+	fd = open(p, O_WRONLY | O_CREAT, 0600);
+	CHECK(fd >= 0 && pwrite(fd, buf, BS, 0) == (ssize_t)BS, "an old slot file");
+	if (fd >= 0)
+		close(fd);
+	CHECK(open_tier(dir, &m, &d) == 0, "reopen over an old layout");
+	if (!d)
+		return;
+	CHECK(access(p, F_OK) != 0, "the slot file is gone");
+	CHECK(get(d, rd, want, 0, BS) == -ENOENT, "and the tier starts empty");
+	cache_disk_close(d);
+	cache_meta_close(m);
 }
 
 int main(void)
@@ -111,7 +269,6 @@ int main(void)
 	struct cache_meta *m = NULL;
 	struct cache_disk *d = NULL;
 	char *buf, *rd, *want;
-	unsigned i;
 
 	mcfs_log_setup(MCFS_LOG_ERR + (getenv("V") ? 3 : 0), false);
 	if (!mkdtemp(dir) || posix_memalign((void **)&buf, 4096, BS) ||
@@ -147,9 +304,12 @@ int main(void)
 	      "stats: slots %llu used %llu evictions %llu", (unsigned long long)st.slots,
 	      (unsigned long long)st.slots_used, (unsigned long long)st.evictions);
 
-	/* a rotten slot is dropped and never served */
-	for (i = 0; i < NSLOTS; i++)
-		corrupt_slot(dir, i);
+	/* one file per version, block i at offset i * BS; 1 was punched out */
+	CHECK(allocated(dir, 0) >= 3 * BS && allocated(dir, 0) <= 4 * BS,
+	      "a.bin holds blocks 0, 2, 3, 4 (%lld bytes)", allocated(dir, 0));
+
+	/* a rotten block is dropped and never served */
+	corrupt(dir, 4);
 	CHECK(get(d, rd, want, 4, BS) == -ENOENT, "corrupt block 4 not served");
 	CHECK(get(d, rd, want, 4, BS) == -ENOENT, "and it is gone");
 	cache_disk_get_stats(d, &st);
@@ -162,13 +322,16 @@ int main(void)
 	cache_disk_close(d);
 	cache_meta_close(m);
 	CHECK(atomic_load(&dones) == 6, "one done per queued job (%d)", atomic_load(&dones));
+	CHECK(allocated(dir, 0) == -1, "a.bin's emptied file is unlinked");
 	CHECK(open_tier(dir, &m, &d) == 0, "reopen");
 	if (d) {
 		CHECK(get(d, rd, want, 101, BS) == 0, "b.bin block survives a reopen");
 		CHECK(get(d, rd, want, 0, BS) == -ENOENT, "evicted stays evicted");
+		pin_checks(dir, d, buf, rd, want);
 		cache_disk_close(d);
 		cache_meta_close(m);
 	}
+	sweep_checks(dir, buf, rd, want);
 	snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
 	if (system(cmd) != 0)
 		fprintf(stderr, "could not remove %s\n", dir);

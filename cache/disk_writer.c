@@ -1,5 +1,6 @@
 /*
- * disk_writer.c - write-behind: the thread that puts fetched blocks on disk.
+ * disk_writer.c - write-behind: the thread that puts fetched blocks on disk,
+ * and takes evicted ones off it.
  *
  * The fetch path queues a job (key, the RAM slot's bytes, a cookie) and goes
  * on; the caller keeps the bytes pinned until done(cookie). One thread,
@@ -7,19 +8,28 @@
  * jobs:
  *
  *   1. under the lock, give each job a slot: a free one, else the least
- *      recently used VALID slot nobody reads (its key leaves the hash now);
- *   2. commit the deletion of the victims' index entries (one transaction);
- *   3. per job: fallocate the slot, hash the bytes (XXH3-64), write them
- *      (O_DIRECT, 1 MiB pieces in flight together);
+ *      recently used VALID slot nobody reads or pins (its key leaves the hash
+ *      now: the victim);
+ *   2. commit the deletion of the victims' index entries (one transaction),
+ *      then punch their bytes out of their version files, and unlink a file
+ *      left with no block;
+ *   3. per job: fallocate the block's range of its version file, hash the
+ *      bytes (XXH3-64), write them at the block's offset (O_DIRECT, 1 MiB
+ *      pieces in flight together);
  *   4. under the lock, mark the written slots VALID (readers may use them:
  *      the bytes are there and the checksum is known);
  *   5. commit their index entries, plus the use times of blocks read since
  *      the last batch, in one transaction; then call done() for each job.
  *
+ * Between batches it punches the blocks other threads dropped (a failed
+ * checksum, `mcfs evict`) after their entries' deletion was committed. Only
+ * this thread creates, punches and unlinks version files, so a file is never
+ * unlinked under a block being written into it.
+ *
  * A kill between any two steps leaves only entries whose bytes were fully
- * written before the entry was committed; a slot being rewritten has no
- * entry. So restart needs no repair, and the read-side checksum covers the
- * cases the file system itself may tear (power loss without O_DSYNC).
+ * written before the entry was committed; the start-up sweep (disk.c)
+ * punches what no entry claims. The read-side checksum covers the cases the
+ * file system itself may tear (power loss without O_DSYNC).
  *
  * ENOSPC from fallocate, a write or LMDB turns write-behind off for the
  * rest of the mount with one log line: the cache keeps working from RAM
@@ -31,9 +41,11 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 #include <xxhash.h>
 
 #define WB_BATCH 16		       /* jobs per batch: one index commit per up to 128 MiB */
@@ -91,6 +103,11 @@ static void take_jobs(struct cache_disk *d, struct batch *b)
 			if (i == DNIL)
 				d->st.write_drops++;
 		}
+		if (i != DNIL && cache_disk_file_get(d, &b->jobs[b->n].key) < 0) {
+			d->free_stack[d->nfree++] = i; /* out of memory: not written */
+			d->st.write_drops++;
+			i = DNIL;
+		}
 		if (i != DNIL) {
 			s = &d->slots[i];
 			s->key = b->jobs[b->n].key;
@@ -125,24 +142,92 @@ static void went_full(struct cache_disk *d, const char *what, const char *why)
 /* Step 3 for one job. No lock held. */
 static int write_one(struct cache_disk *d, struct io_uring *ring, struct batch *b, size_t j)
 {
-	uint32_t i = b->slot[j];
+	const struct cache_meta_key *k = &b->jobs[j].key;
 	uint64_t len =
 	    (b->jobs[j].len + CACHE_DISK_ALIGN - 1) / CACHE_DISK_ALIGN * CACHE_DISK_ALIGN;
-	int rc = 0;
+	uint64_t off = cache_disk_offset(d, k);
+	char p[sizeof(d->path) + 64];
+	int rc = 0, fd;
 
 	MCFS_ASSERT_NOT_HELD(&d->lock);
-	if (fallocate(d->fd, 0, (off_t)((uint64_t)i * d->bs), (off_t)len) < 0 &&
-	    errno != EOPNOTSUPP)
+	cache_disk_file_name(d, k, p, sizeof(p));
+	fd = open(p, O_RDWR | O_CREAT | O_CLOEXEC | (d->direct ? O_DIRECT : 0), 0600);
+	if (fd < 0)
+		rc = -errno;
+	if (rc == 0 && fallocate(fd, 0, (off_t)off, (off_t)len) < 0 && errno != EOPNOTSUPP)
 		rc = -errno;
 	if (rc == 0) {
 		b->csum[j] = XXH3_64bits(b->jobs[j].data, b->jobs[j].len);
-		rc = cache_disk_rw(d, ring, true, i, (char *)b->jobs[j].data, b->jobs[j].len);
+		rc = cache_disk_rw(d, ring, true, fd, off, (char *)b->jobs[j].data, b->jobs[j].len);
 	}
+	if (fd >= 0)
+		close(fd);
 	if (rc == -ENOSPC || rc == -EDQUOT)
 		went_full(d, "writing a block", NULL);
 	else if (rc < 0)
-		MCFS_ERR("disk tier %s: writing slot %u: %s", d->path, i, strerror(-rc));
+		MCFS_ERR("disk tier %s: writing a block at offset %llu: %s", p,
+			 (unsigned long long)off, strerror(-rc));
 	return rc;
+}
+
+/*
+ * Takes block @k (out of the hash, its entry deleted) off the disk: punches
+ * its range unless a new block of the same key was written meanwhile, and
+ * unlinks its version file when no block is left in it. No lock held.
+ */
+static void release(struct cache_disk *d, const struct cache_meta_key *k)
+{
+	char p[sizeof(d->path) + 64];
+	bool punch, gone;
+	int fd;
+
+	MCFS_ASSERT_NOT_HELD(&d->lock);
+	pthread_mutex_lock(&d->lock);
+	punch = cache_disk_find(d, k) == DNIL;
+	pthread_mutex_unlock(&d->lock);
+	cache_disk_file_name(d, k, p, sizeof(p));
+	fd = punch ? open(p, O_WRONLY | O_CLOEXEC) : -1;
+	if (fd >= 0) {
+		if (fallocate(fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE,
+			      (off_t)cache_disk_offset(d, k), (off_t)d->bs) < 0)
+			MCFS_WARN("disk tier %s: punching a block at offset %llu: %s (the "
+				  "next start-up tries again)",
+				  p, (unsigned long long)cache_disk_offset(d, k), strerror(errno));
+		close(fd);
+	}
+	pthread_mutex_lock(&d->lock);
+	gone = cache_disk_file_put(d, k);
+	pthread_mutex_unlock(&d->lock);
+	if (gone && unlink(p) < 0 && errno != ENOENT)
+		MCFS_WARN("disk tier %s: unlink: %s", p, strerror(errno));
+}
+
+/* Punches the DEAD slots other threads queued, then frees them. No lock held. */
+static void punch_dead(struct cache_disk *d)
+{
+	struct cache_meta_key k;
+	uint32_t i, next;
+
+	pthread_mutex_lock(&d->lock);
+	i = d->punch;
+	d->punch = DNIL;
+	d->punching++;
+	pthread_mutex_unlock(&d->lock);
+	for (; i != DNIL; i = next) {
+		pthread_mutex_lock(&d->lock);
+		k = d->slots[i].key;
+		next = d->slots[i].next;
+		pthread_mutex_unlock(&d->lock);
+		release(d, &k);
+		pthread_mutex_lock(&d->lock);
+		d->slots[i].state = DS_FREE;
+		d->free_stack[d->nfree++] = i;
+		pthread_mutex_unlock(&d->lock);
+	}
+	pthread_mutex_lock(&d->lock);
+	d->punching--;
+	pthread_cond_broadcast(&d->drained);
+	pthread_mutex_unlock(&d->lock);
 }
 
 /* Steps 4 and 5: publishes the batch, commits its entries and dirty use times. */
@@ -166,8 +251,8 @@ static void publish(struct cache_disk *d, struct batch *b)
 		if (b->rc[j] < 0 || !keys || !vals) {
 			d->st.io_errors += b->rc[j] < 0 && b->rc[j] != -ENOSPC;
 			cache_disk_hash_remove(d, i);
-			d->slots[i].state = DS_FREE; /* no entry points here */
-			d->free_stack[d->nfree++] = i;
+			d->slots[i].state = DS_DEAD; /* no entry: punched, then free */
+			cache_disk_punch_later(d, i);
 			continue;
 		}
 		d->slots[i].state = DS_VALID;
@@ -188,6 +273,7 @@ static void publish(struct cache_disk *d, struct batch *b)
 			continue;
 		s->dirty = false;
 		keys[n] = s->key;
+		/* slot: informational (the block's place is its key's) */
 		vals[n] = (struct cache_meta_block){
 		    .slot = i, .len = s->len, .csum = s->csum, .last_use = s->last_use};
 		n++;
@@ -224,22 +310,13 @@ static void run_batch(struct cache_disk *d, struct io_uring *ring, struct batch 
 			MCFS_ERR("disk tier: evicting %zu blocks from the index: %s", b->ndel,
 				 cache_meta_strerror(d->meta, rc, why, sizeof(why)));
 	}
+	/* Entries gone: the victims' bytes may go. (If the deletion failed they
+	 * stay, entries and bytes, until the next start-up reads them.) */
+	for (j = 0; rc == 0 && j < b->ndel; j++)
+		release(d, &b->dels[j]);
 	for (j = 0; j < b->n; j++)
 		if (b->slot[j] != DNIL)
 			b->rc[j] = rc < 0 ? rc : write_one(d, ring, b, j);
-	if (rc < 0) {
-		/* The victims' entries may still exist: park the slots (DEAD) rather
-		 * than free them; a restart reclaims them. */
-		pthread_mutex_lock(&d->lock);
-		for (j = 0; j < b->n; j++) {
-			if (b->slot[j] == DNIL)
-				continue;
-			cache_disk_hash_remove(d, b->slot[j]);
-			d->slots[b->slot[j]].state = DS_DEAD;
-			b->slot[j] = DNIL;
-		}
-		pthread_mutex_unlock(&d->lock);
-	}
 	publish(d, b);
 	/* The caller's bytes are free only now that the written blocks read as
 	 * held (VALID): a caller that drops its RAM copy at done() never finds
@@ -281,9 +358,14 @@ void *cache_disk_writer(void *arg)
 	for (;;) {
 		/* Sleeps on d->work (d->lock) until a job is queued, stopping, or a
 		 * second passed with use times to persist. */
-		while (!d->stopping && d->qlen == 0 && !d->ndirty && !unsynced)
+		while (!d->stopping && d->qlen == 0 && !d->ndirty && !unsynced && d->punch == DNIL)
 			pthread_cond_wait(&d->work, &d->lock);
-		if (!d->stopping && d->qlen == 0) {
+		if (d->punch != DNIL) {
+			pthread_mutex_unlock(&d->lock);
+			punch_dead(d);
+			pthread_mutex_lock(&d->lock);
+		}
+		if (!d->stopping && d->qlen == 0 && d->punch == DNIL) {
 			deadline_in(&ts, SYNC_INTERVAL_NS);
 			pthread_cond_timedwait(&d->work, &d->lock, &ts);
 		}
@@ -296,6 +378,7 @@ void *cache_disk_writer(void *arg)
 			unsynced = true;
 			pthread_mutex_lock(&d->lock);
 			d->writing -= (unsigned)b.n;
+			d->finished += b.n;
 			pthread_cond_broadcast(&d->drained);
 		} else if (d->ndirty) {
 			b.n = b.ndel = 0;
@@ -314,7 +397,7 @@ void *cache_disk_writer(void *arg)
 			unsynced = false;
 			pthread_mutex_lock(&d->lock);
 		}
-		if (d->stopping && d->qlen == 0 && !d->ndirty)
+		if (d->stopping && d->qlen == 0 && !d->ndirty && d->punch == DNIL)
 			break;
 	}
 	pthread_mutex_unlock(&d->lock);
@@ -350,6 +433,7 @@ int cache_disk_write(struct cache_disk *d, const struct cache_meta_key *k, const
 		d->q[(d->qhead + d->qlen) % d->qmax] =
 		    (struct djob){.key = *k, .data = data, .len = len, .arg = arg};
 		d->qlen++;
+		d->queued_total++;
 		pthread_cond_signal(&d->work);
 	}
 	pthread_mutex_unlock(&d->lock);
@@ -358,9 +442,13 @@ int cache_disk_write(struct cache_disk *d, const struct cache_meta_key *k, const
 
 void cache_disk_flush(struct cache_disk *d)
 {
+	uint64_t target;
+
 	pthread_mutex_lock(&d->lock);
-	/* Sleeps on d->drained (d->lock) until no job is queued or being written. */
-	while (d->qlen || d->writing)
+	/* Sleeps on d->drained (d->lock) until every job queued before this call
+	 * is written: jobs queued meanwhile by busy readers do not keep it waiting. */
+	target = d->queued_total;
+	while (d->finished < target && !d->stopping)
 		pthread_cond_wait(&d->drained, &d->lock);
 	pthread_mutex_unlock(&d->lock);
 }

@@ -235,10 +235,10 @@ void cache_tiers_open(struct cache *c)
 	if (rc == 0)
 		rc =
 		    cache_disk_open(dir, limit, c->bs, c->meta, qmax, cache_disk_done, c, &c->disk);
-	/* Backing files share disk_cache's size as their own bound (a second copy:
-	 * docs/architecture.md, Passthrough). Without them there is no passthrough. */
-	if (rc == 0 && cache_backing_open(c, dir, limit) < 0)
-		MCFS_WARN("cache_dir %s: no directory for backing files: no FUSE passthrough", dir);
+	/* A complete version's file in the disk tier is its backing file
+	 * (docs/architecture.md, Passthrough). Without a disk tier, no passthrough. */
+	if (rc == 0 && cache_backing_open(c) < 0)
+		MCFS_WARN("cache_dir %s: out of memory for passthrough: no FUSE passthrough", dir);
 	if (rc < 0) {
 		set_off(c, CACHE_DISK_OFF_DISK, rc);
 		MCFS_WARN("cache_dir %s: no disk tier (disk_cache=%s: %llu bytes): %s; "

@@ -139,13 +139,13 @@ static void print_status(const char *mnt, const struct fs_stats *st)
 		       mcfs_fmt_bytes(st->fuse_max_request, a, sizeof(a)),
 		       st->fuse_io_uring ? "on" : "off");
 	printf("  passthrough: %s; %llu opens, %llu fell back to the cache; %llu backing files "
-	       "(%s), %llu built",
+	       "(%s), %llu verified",
 	       st->passthrough ? "on" : "off", (unsigned long long)st->passthrough_opens,
 	       (unsigned long long)st->passthrough_fallbacks, (unsigned long long)cs->backing_files,
 	       mcfs_fmt_bytes(cs->backing_bytes, a, sizeof(a)),
 	       (unsigned long long)cs->backing_builds);
 	if (cs->backing_build_errors)
-		printf(", %llu FAILED to build (see the daemon's log)",
+		printf(", %llu FAILED verification (see the daemon's log)",
 		       (unsigned long long)cs->backing_build_errors);
 	printf("\n");
 	printf("  tables:     %llu inodes, %llu file versions in use\n",

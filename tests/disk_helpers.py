@@ -53,9 +53,26 @@ def settle(m, timeout=20):
 
 def store_dir(cache):
     """The one store's directory under cache_dir (cache/KIND-SLUG-HASH)."""
-    dirs = glob.glob(os.path.join(glob.escape(cache), "*", "blocks", "slots"))
+    dirs = glob.glob(os.path.join(glob.escape(cache), "*", "blocks"))
     assert len(dirs) == 1, "stores under %s: %s" % (cache, dirs)
-    return os.path.dirname(os.path.dirname(dirs[0]))
+    return os.path.dirname(dirs[0])
+
+
+def version_files(cache):
+    """The disk tier's files: one sparse file per file version, each block at
+    its own offset (STORE_DIR/blocks/<path and version hashes>)."""
+    blocks = os.path.join(store_dir(cache), "blocks")
+    return sorted(os.path.join(blocks, n) for n in os.listdir(blocks))
+
+
+def allocated(root):
+    """Bytes allocated on disk (st_blocks * 512) by every file under root."""
+    total = 0
+    for d, _, names in os.walk(root):
+        for n in names:
+            st = os.lstat(os.path.join(d, n))
+            total += st.st_blocks * 512
+    return total
 
 
 def drop_page_cache():

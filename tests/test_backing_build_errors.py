@@ -1,68 +1,50 @@
-"""A backing file that cannot be built is logged and counted once per file
-version (issue 22, item 9).
+"""A backing file is verified before the kernel reads it (issue 23).
 
-The build is made to fail for good by putting a plain file where the store's
-backing-file directory was (STORE_DIR/files): its temporary file cannot be
-created (ENOTDIR). Every open of the complete version used to copy again,
-fail again, and log another line, with no counter; now the first failure is
-logged and counted in backing_build_errors, and later opens read through the
-cache at once, with the right bytes. `mcfs evict` forgets the failure.
+A complete file's backing file is its own version file in the disk tier. The
+first time a version is handed to the kernel in a mount, every block is read
+and checked against its XXH3 in the index. A byte flipped on disk (here while
+the daemon was down) makes that check fail: the version gets no passthrough,
+the bad block is dropped and counted in backing_build_errors (logged once),
+reads go through the cache with the right bytes, and once the block was
+fetched and written again, a later open verifies the whole file and gets
+passthrough.
 """
 import os
 
-from conftest import mcfs_mount, run_mcfs
-from disk_helpers import settle, store_dir
+from conftest import mcfs_mount
+from disk_helpers import settle, version_files
 from gen import MiB, write_random
-from test_passthrough import need_passthrough
+from test_passthrough import need_passthrough, read_through
 
 SIZE = 3 * MiB + 4321
 
 
-def read(m, rel):
-    with open(m.p(rel), "rb") as f:
-        return f.read()
-
-
-def failure_lines(m, rel):
-    return [ln for ln in m.log().splitlines() if "backing file for %s " % rel in ln]
-
-
-def test_failed_build_logged_and_counted_once(tmp):
+def test_flipped_byte_refuses_passthrough_until_fixed(tmp):
     need_passthrough()
-    data = {rel: write_random(str(tmp / "src" / rel), SIZE + i, seed=90 + i)
-            for i, rel in enumerate(("a.bin", "b.bin"))}
-    opts = ["cache_dir=%s" % (tmp / "cache"), "block_size=1M", "ram_cache=64M"]
+    data = write_random(str(tmp / "src" / "a.bin"), SIZE, seed=90)
+    cache = str(tmp / "cache")
+    opts = ["cache_dir=" + cache, "block_size=1M", "ram_cache=64M"]
     with mcfs_mount(str(tmp / "src"), str(tmp / "mnt"), opts=opts) as m:
-        files = os.path.join(store_dir(str(tmp / "cache")), "files")
-        os.rmdir(files)
-        with open(files, "w") as f:
-            f.write("not a directory\n")
-        for rel in data:  # the first open completes the file in the tiers
-            assert read(m, rel) == data[rel]
+        assert read_through(m, m.p("a.bin"), data) > 0  # cold: through the cache
         settle(m)
-        for _ in range(4):  # each complete: the first of these tries a build
-            for rel in data:
-                assert read(m, rel) == data[rel]
+    [vf] = version_files(cache)
+    with open(vf, "r+b") as f:  # block 1, as rot or a stray write would
+        f.seek(MiB + 777)
+        b = f.read(1)
+        f.seek(MiB + 777)
+        f.write(bytes([b[0] ^ 0x5a]))
+    with mcfs_mount(str(tmp / "src"), str(tmp / "mnt"), opts=opts) as m:
+        # refused at registration: read through the cache, the block fetched again
+        assert read_through(m, m.p("a.bin"), data) > 0
+        st = settle(m)
+        assert st["passthrough_opens"] == 0, st
+        assert st["backing_build_errors"] == 1 and st["backing_builds"] == 0, st
+        assert st["store_reads"] == 1, st  # block 1 only
+        lines = [ln for ln in m.log().splitlines() if "failed its checksum at registration"
+                 in ln]
+        assert len(lines) == 1 and "a.bin" in lines[0], m.log()
+        # whole and good again: verified, then handed to the kernel
+        assert read_through(m, m.p("a.bin"), data) == 0
         st = m.stats()
-        assert st["backing_build_errors"] == 2, st
-        assert st["backing_builds"] == 0 and st["passthrough_opens"] == 0, st
-        for rel in data:
-            lines = failure_lines(m, rel)
-            assert len(lines) == 1, (rel, lines)
-            assert "Not a directory" in lines[0], lines[0]
-        r = run_mcfs("status", m.path)
-        assert r.returncode == 0, r.stderr
-        assert "2 FAILED to build" in r.stdout, r.stdout
-        # mcfs evict forgets a.bin's failure: its next complete open tries again
-        os.getxattr(m.p("a.bin"), "user.mcfs.evict")
-        # The kernel's page cache may hold the file (a cold open's push puts it
-        # there, cold_push): drop it, so that the reads reach the cache again.
-        fd = os.open(m.p("a.bin"), os.O_RDONLY)
-        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-        os.close(fd)
-        assert read(m, "a.bin") == data["a.bin"]
-        settle(m)
-        assert read(m, "a.bin") == data["a.bin"]
-        assert m.stats()["backing_build_errors"] == 3, m.stats()
-        assert len(failure_lines(m, "a.bin")) == 2
-        assert len(failure_lines(m, "b.bin")) == 1
+        assert st["passthrough_opens"] == 1 and st["backing_builds"] == 1, st
+        assert st["backing_build_errors"] == 1, st

@@ -1,10 +1,11 @@
-"""Backing files for passthrough make room by evicting as many older ones as
-it takes (issue 22, item 8).
+"""A large file after many small ones gets passthrough (issue 22, item 8; issue 23).
 
-Backing files share disk_cache's size as their bound. A new one evicts the
-least recently used unpinned ones until it fits; this stopped after 16 of
-them, so a large file after many small ones was refused with ENOSPC and read
-through the cache for good, though it fitted once the small ones were gone.
+A complete file's backing file is its own version file in the disk tier, so
+disk_cache bounds them with the blocks: the large file's write-behind evicts
+the least recently used blocks (unpinned: the small files are closed), as many
+as it takes, and the large file is then whole on disk and handed to the kernel.
+Once, a separate share of backing files stopped evicting after 16 of them, so
+the large file was refused with ENOSPC and read through the cache for good.
 """
 import os
 
@@ -15,12 +16,13 @@ from test_passthrough import need_passthrough
 
 SMALL = 20           # backing files of small files, more than the old 16 victims
 SMALL_SIZE = 64 * 1024
-LIMIT = 24 * MiB     # disk_cache, and so the bound of all backing files
-BIG_SIZE = LIMIT - 3 * SMALL_SIZE   # fits beside 3 small ones: 17 must go
+LIMIT = 24 * MiB     # disk_cache: 24 blocks of 1 MiB, small files take one each
+BIG_SIZE = LIMIT - 3 * MiB - 4321   # 21 blocks: fits beside 3 small ones, 17 must go
 
 
 def open_twice(m, rel, want):
-    """The first open completes the file in the tiers, the second builds its backing file."""
+    """The first open completes the file in the tiers, the second verifies its version
+    file and hands it to the kernel."""
     for _ in range(2):
         with open(m.p(rel), "rb") as f:
             assert f.read() == want, rel

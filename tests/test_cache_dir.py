@@ -61,7 +61,9 @@ def test_two_stores_one_cache_dir(tmp):
     with mcfs_mount("file://%s/" % (tmp / "a"), str(tmp / "mnt"), opts=opts) as m:
         check_store(m, a_big, a_small, "only-a.txt")
         st = m.stats()
-        assert st["disk_hits"] >= 4 and st["store_reads"] == 0, st
+        assert st["store_reads"] == 0, st
+        # from disk: through the cache, or complete files by passthrough
+        assert st["disk_hits"] >= 4 or st["passthrough_opens"] >= 2, st
     assert sorted(os.listdir(cache)) == stores
 
 
@@ -98,7 +100,7 @@ def test_default_cache_dir(tmp):
             store = found[0]
             assert os.path.dirname(store) == DEFAULT
             assert os.stat(store).st_mode & 0o777 == 0o700
-            assert os.path.getsize(os.path.join(store, "blocks", "slots")) > 0
+            assert len(os.listdir(os.path.join(store, "blocks"))) == 1  # f.bin's version
             if not existed:
                 assert os.stat(DEFAULT).st_mode & 0o777 == 0o700
     finally:

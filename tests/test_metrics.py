@@ -289,7 +289,8 @@ def test_disk_tier_and_gpu_load_metrics(tmp):
     need_root()
     write_file(str(tmp / "src" / "m.bin"), 4 << 20)
     port = free_port()
-    opts = ["block_size=1M", "ram_cache=16M", "readahead_max=0",
+    # no passthrough: a complete file's reads would bypass the tiers' counters
+    opts = ["block_size=1M", "ram_cache=16M", "readahead_max=0", "passthrough=off",
             "cache_dir=" + str(tmp / "cache"), "metrics=127.0.0.1:%d" % port]
     with mcfs_mount(str(tmp / "src"), str(tmp / "mnt"), opts=opts) as m:
         assert read_direct(m.p("m.bin")) == 4 << 20

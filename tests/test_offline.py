@@ -65,7 +65,8 @@ def test_ls_lR_and_reads_while_the_store_is_down(tmp):
         # a file read before comes from the disk tier
         with open(m.p("model", "shard-00.bin"), "rb") as f:
             assert f.read() == first
-        assert m.stats()["disk_hits"] > 0
+        st = m.stats()  # through the cache, or by passthrough from its version file
+        assert st["disk_hits"] + st["passthrough_opens"] > 0, st
         # one never read has no bytes anywhere: EIO, not a hang or garbage
         with pytest.raises(OSError) as ei:
             with open(m.p("model", "shard-01.bin"), "rb") as f:

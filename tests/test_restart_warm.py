@@ -47,7 +47,10 @@ def test_remount_reads_with_one_confirmation_per_open(tmp):
         assert st["open_checks"] == len(sums), (len(sums), st)
         assert st["store_requests"] - at_mount["store_requests"] == len(sums), (at_mount, st)
         assert st["store_reads"] == 0 and st["fetches"] == 0, st
-        assert st["disk_hits"] > 0 and st["disk_csum_errors"] == 0, st
+        # from disk: through the cache, or (complete files) by passthrough from
+        # their own version file, kept across the restart
+        assert st["disk_hits"] + st["passthrough_opens"] > 0, st
+        assert st["disk_csum_errors"] == 0, st
 
 
 class LoggingNginx(Nginx):

@@ -217,7 +217,9 @@ def test_posix_store_and_disk_tier(swift, tmp_path):
     with mcfs_mount(str(src), str(tmp_path / "b"), opts=opts, env=ENV) as b:
         assert read(b.p("model.bin")) == data
         st = b.stats()
-        assert st["disk_hits"] == n and st["shared_hits"] == 0 and st["store_reads"] == 0, st
+        # from disk: n blocks through the cache, or its version file by passthrough
+        assert st["disk_hits"] == n or st["passthrough_opens"] == 1, st
+        assert st["shared_hits"] == 0 and st["store_reads"] == 0, st
 
 
 def test_s3_store(swift, tmp_path):
@@ -703,7 +705,8 @@ def test_forged_block_is_refused_and_written_over(swift, origin, tmp_path):
                     env=ENV) as b:
         assert read(b.p("model.bin")) == data
         st = b.stats()
-    assert st["disk_hits"] == n and st["store_reads"] == 0, st
+    # from disk: n blocks through the cache, or its version file by passthrough (verified)
+    assert (st["disk_hits"] == n or st["passthrough_opens"] == 1) and st["store_reads"] == 0, st
     # a node with another key: no block of the cluster's is served, each read from the store
     other = key_file(tmp_path / "other.key", b"another-cluster-key-0123456789abcdef")
     with mcfs_mount(origin.url, str(tmp_path / "c"), opts=shared_opts(swift, "forged", key=other),

@@ -357,9 +357,10 @@ def cached_bytes(path):
 
 
 def backing_files(cache):
+    """The disk tier's version files: a complete one is its file's backing file."""
     out = []
     for d in os.listdir(cache):
-        fd = os.path.join(cache, d, "files")
+        fd = os.path.join(cache, d, "blocks")
         if os.path.isdir(fd):
             out += [os.path.join(fd, n) for n in os.listdir(fd)]
     return out
