@@ -158,10 +158,12 @@ def test_rewritten_between_mounts(tmp, request, kind):
             s2 = m.stats()
             # the unchanged file: from the disk tier, for one confirmation
             d = delta(s2, s1, "store_reads", "fetches", "open_checks", "store_requests",
-                      "disk_hits", "offline_opens")
+                      "disk_hits", "offline_opens", "passthrough_opens")
             assert d["store_reads"] == 0 and d["fetches"] == 0, d
             assert d["open_checks"] == 1 and d["store_requests"] == 1, d
-            assert d["disk_hits"] >= 4 and d["offline_opens"] == 0, d
+            # its blocks through the cache, or its own file in the disk tier by passthrough
+            assert d["disk_hits"] >= 4 or d["passthrough_opens"] == 1, d
+            assert d["offline_opens"] == 0, d
             if st.access:
                 new = st.requests()[n0:]
                 assert len(new) == 1 and '"HEAD /model/b.bin ' in new[0], new
@@ -194,7 +196,8 @@ def test_offline_open_is_said(tmp, request):
             assert read(m, A) == data
         s = m.stats()
         assert s["offline_opens"] == 3 and s["open_checks"] == 0, s
-        assert s["store_reads"] == 0 and s["disk_hits"] >= 4, s
+        assert s["store_reads"] == 0, s
+        assert s["disk_hits"] >= 4 or s["passthrough_opens"] == 3, s  # the disk tier's file
         said = [l for l in m.log().splitlines()
                 if re.search(r"offline: the store did not answer the open of model/a\.bin", l)]
         assert len(said) == 1, "want one log line for the outage, not one per open:\n" + m.log()
