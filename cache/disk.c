@@ -991,8 +991,8 @@ static void sweep(struct cache_disk *d)
 			  d->path, gone, (unsigned long long)(punched >> 20));
 }
 
-/* Creates the blocks directory and finds out whether it takes O_DIRECT. */
-static int open_dir(struct cache_disk *d, const char *dir)
+/* Creates the blocks directory and, if @direct, finds out whether it takes O_DIRECT. */
+static int open_dir(struct cache_disk *d, const char *dir, bool direct)
 {
 	char p[sizeof(d->path) + 16];
 	int fd;
@@ -1002,9 +1002,9 @@ static int open_dir(struct cache_disk *d, const char *dir)
 	if (mkdir(d->path, 0700) < 0 && errno != EEXIST)
 		return -errno;
 	snprintf(p, sizeof(p), "%s/.probe", d->path);
-	fd = open(p, O_RDWR | O_CREAT | O_CLOEXEC | O_DIRECT, 0600);
-	d->direct = fd >= 0;
-	if (fd < 0 && errno == EINVAL) {
+	fd = open(p, O_RDWR | O_CREAT | O_CLOEXEC | (direct ? O_DIRECT : 0), 0600);
+	d->direct = fd >= 0 && direct;
+	if (fd < 0 && errno == EINVAL && direct) {
 		MCFS_INFO("disk tier %s: the filesystem refuses O_DIRECT; using buffered I/O",
 			  d->path);
 		fd = open(p, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
@@ -1043,7 +1043,7 @@ static int alloc_index(struct cache_disk *d, unsigned queue_max)
 }
 
 int cache_disk_open(const char *dir, uint64_t limit, uint64_t bs, struct cache_meta *meta,
-		    unsigned queue_max, void (*done)(void *ctx, void *arg), void *ctx,
+		    unsigned queue_max, bool direct, void (*done)(void *ctx, void *arg), void *ctx,
 		    struct cache_disk **out)
 {
 	struct cache_disk *d = calloc(1, sizeof(*d));
@@ -1063,7 +1063,7 @@ int cache_disk_open(const char *dir, uint64_t limit, uint64_t bs, struct cache_m
 	if (rc == 0)
 		rc = alloc_index(d, queue_max);
 	if (rc == 0)
-		rc = open_dir(d, dir);
+		rc = open_dir(d, dir, direct);
 	if (rc == 0)
 		rc = check_layout(d, dir);
 	if (rc == 0)

@@ -56,10 +56,12 @@ MCFS_MUST_CHECK int cache_disk_limit(const char *dir, const char *spec, uint64_t
  * outlive the tier), and starts the writer thread. @done(@ctx, arg) is
  * called by the writer once for each job cache_disk_write() accepted, after
  * its bytes were written or abandoned. @queue_max bounds the write queue.
+ * @direct: the version files are written and read with O_DIRECT where the
+ * filesystem allows it (disk_direct); else through the page cache.
  * Returns 0 with *out set, or a negative errno after logging why.
  */
 MCFS_MUST_CHECK int cache_disk_open(const char *dir, uint64_t limit, uint64_t bs,
-				    struct cache_meta *meta, unsigned queue_max,
+				    struct cache_meta *meta, unsigned queue_max, bool direct,
 				    void (*done)(void *ctx, void *arg), void *ctx,
 				    struct cache_disk **out);
 

@@ -10,7 +10,8 @@ import subprocess
 import pytest
 
 from conftest import mcfs_mount, need_root
-from disk_helpers import OPTS, make_model_tree, settle, store_dir, tree_sums, version_files
+from disk_helpers import (OPTS, drop_page_cache, make_model_tree, settle, store_dir, tree_sums,
+                          version_files)
 from gen import MiB, write_random
 
 
@@ -77,6 +78,27 @@ def _scribble_blocks(cache, bs=MiB):
             f.flush()
             os.fsync(f.fileno())
 
+
+def test_buffered_disk_tier_restart_is_warm(tmp):
+    """disk_direct=false: the disk tier writes through the page cache (the log
+    says so), and a restart with the page cache dropped still serves every
+    file from the disk tier, bytes equal, with no store read."""
+    sums = make_model_tree(str(tmp / "src"), n=3)
+    opts = OPTS + ["cache_dir=" + str(tmp / "cache"), "disk_direct=false"]
+    with mcfs_mount(str(tmp / "src"), str(tmp / "mnt"), opts=opts) as m:
+        assert tree_sums(m.path, sums) == sums
+        st = settle(m)
+        assert st["disk_writes"] > 0, st
+        assert "one file per version, buffered)" in m.log(), m.log()
+    subprocess.run(["sync"], check=True)
+    drop_page_cache()
+    with mcfs_mount(str(tmp / "src"), str(tmp / "mnt"), opts=opts) as m:
+        assert tree_sums(m.path, sums) == sums
+        st = m.stats()
+        assert st["store_reads"] == 0 and st["fetches"] == 0, st
+    with mcfs_mount(str(tmp / "src"), str(tmp / "mnt"), opts=opts[:-1]) as m:
+        log = m.log()  # the default: O_DIRECT, where the filesystem takes it
+        assert "one file per version, O_DIRECT)" in log or "refuses O_DIRECT" in log, log
 
 def test_bad_checksum_is_dropped_and_refetched(tmp):
     sums = make_model_tree(str(tmp / "src"), n=2)
