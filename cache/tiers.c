@@ -233,9 +233,8 @@ void cache_tiers_open(struct cache *c)
 	rc = lrc;
 	qmax = (unsigned)MCFS_MAX(1, MCFS_MIN(WB_QUEUE_MAX, c->nslots / 4));
 	if (rc == 0)
-		rc =
-		    cache_disk_open(dir, limit, c->bs, c->meta, qmax, c->cfg->disk_direct,
-				    cache_disk_done, c, &c->disk);
+		rc = cache_disk_open(dir, limit, c->bs, c->meta, qmax, c->cfg->disk_direct,
+				     cache_disk_done, c, &c->disk);
 	/* A complete version's file in the disk tier is its backing file
 	 * (docs/architecture.md, Passthrough). Without a disk tier, no passthrough. */
 	if (rc == 0 && cache_backing_open(c) < 0)
