@@ -57,8 +57,8 @@ struct cfg {
 	char passthrough[8];	/* "auto" or "off": FUSE passthrough of complete files */
 	char cold_direct_io[8]; /* "auto" or "off": direct_io for opens of files not complete */
 	bool cold_push;		/* push cold files into the page cache ahead of their reader */
-	bool disk_direct;	/* the disk tier's files with O_DIRECT (else through the page cache) */
-	bool allow_other;	/* let other users see the mount */
+	bool disk_direct; /* the disk tier's files with O_DIRECT (else through the page cache) */
+	bool allow_other; /* let other users see the mount */
 
 	/* Remote stores (cache/remote). */
 	char endpoint[CFG_STR_MAX]; /* S3 endpoint URL; empty = AWS for the region */
