@@ -865,7 +865,8 @@ static int load_index(struct cache_disk *d)
 
 	rc = cache_meta_blocks_scan(d->meta, load_one, &lc);
 	if (rc == 0) {
-		qsort(lc.all, lc.n, sizeof(*lc.all), by_last_use);
+		if (lc.n) /* an empty index has no array at all */
+			qsort(lc.all, lc.n, sizeof(*lc.all), by_last_use);
 		/* More than fit (a smaller disk_cache): the least recently used go. */
 		skip = lc.n > d->nslots ? lc.n - d->nslots : 0;
 		for (j = 0; j < skip && rc == 0; j++) {

@@ -173,8 +173,8 @@ static void *pusher(void *arg)
 {
 	struct fs_session *s = arg;
 	struct fs_pusher *pp = &s->push;
-	struct fs_push *p;
-	uint64_t k, from, to;
+	struct fs_push *p = NULL;
+	uint64_t k = 0, from, to;
 
 	pthread_setname_np(pthread_self(), "mcfs-push");
 	pthread_mutex_lock(&pp->lock);
