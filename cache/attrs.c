@@ -1,7 +1,7 @@
 /*
  * attrs.c - what the store says about paths: attributes, listings, symlink
- * targets and capacity, with the metadata policy around them (cache.h has
- * the contract).
+ * targets and capacity, with the metadata policy around them (cache_metadata.h
+ * has the contract).
  *
  * Design. Two levels keep store answers: fs/'s inode table in memory, and
  * LMDB (cache/meta) under cache_dir, which survives restarts. This file owns
@@ -38,6 +38,7 @@
  */
 #define _GNU_SOURCE
 #include "cache_int.h"
+#include "cache_metadata.h"
 #ifdef MCFS_HAVE_NET
 #include "manifest.h"
 #endif

@@ -29,6 +29,9 @@
  */
 #define _GNU_SOURCE
 #include "cache_int.h"
+#include "cache_disk.h"
+#include "cache_ram.h"
+#include "cache_stats.h"
 
 #include <errno.h>
 #include <stdio.h>

@@ -26,6 +26,9 @@
  */
 #define _GNU_SOURCE
 #include "cache_int.h"
+#include "cache.h"
+#include "cache_ram.h"
+#include "cache_stats.h"
 
 #include <errno.h>
 #include <stdlib.h>

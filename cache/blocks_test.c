@@ -22,6 +22,9 @@
 #define _GNU_SOURCE
 #include "mcfs_test.h"
 #include "cache_test.h"
+#include "cache.h"
+#include "cache_ram.h"
+#include "cache_stats.h"
 
 #include <pthread.h>
 #include <sys/stat.h>

@@ -3,10 +3,11 @@
  * they keep every claimant moving). The arithmetic is pure: no lock is
  * taken and nothing sleeps in it; blocks.c calls it under cache->lock, and
  * budget_test.c drives it step by step. At the end, the GPU loads' entry
- * points (cache.h), which take cache->lock and sleep for a window.
+ * points (cache_ram.h), which take cache->lock and sleep for a window.
  */
 #define _GNU_SOURCE
 #include "cache_int.h"
+#include "cache_ram.h"
 
 #include <errno.h>
 #include <time.h>
@@ -101,7 +102,7 @@ void cache_budget_gpu_put(struct cache_budget *b, unsigned n)
 	cache_budget_gpu_grant(b);
 }
 
-/* ---- GPU loads' windows (cache.h) ------------------------------------- */
+/* ---- GPU loads' windows (cache_ram.h) --------------------------------- */
 
 int cache_gpu_window(struct cache *c, unsigned want, int (*stop)(void *), void *arg,
 		     unsigned *granted)

@@ -20,6 +20,8 @@
 #include "mcfs_test.h"
 #include "cache_test.h"
 #include "cache_int.h"
+#include "cache.h"
+#include "cache_ram.h"
 
 #include <pthread.h>
 #include <sys/stat.h>

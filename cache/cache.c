@@ -14,6 +14,8 @@
  */
 #define _GNU_SOURCE
 #include "cache_int.h"
+#include "cache.h"
+#include "cache_ram.h"
 
 #include <errno.h>
 #include <stdio.h>

@@ -16,6 +16,7 @@
 
 #include "budget.h"
 #include "cache.h"
+#include "cache_stats.h"
 #include "disk.h"
 #include "mcfs_lock.h"
 #include "meta.h"
@@ -249,6 +250,8 @@ void cache_backing_stats(struct cache *c, struct cache_stats *out);
 /* Page bitmaps (blocks.c): does b hold all of [lo, hi)? all of its block? */
 bool cache_block_covers(const struct cache_block *b, uint32_t lo, uint32_t hi);
 bool cache_block_full(const struct cache_block *b);
+
+struct cache_stream;
 
 /* readahead.c: the cache and the file (the stream's reference) a stream reads. Can't fail. */
 struct cache *cache_stream_cache(const struct cache_stream *s);

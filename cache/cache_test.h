@@ -12,6 +12,8 @@
 #define MCFS_CACHE_TEST_H
 
 #include "cache.h"
+#include "cache_metadata.h"
+#include "cache_stats.h"
 
 #include <errno.h>
 #include <fcntl.h>

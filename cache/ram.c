@@ -19,6 +19,8 @@
  */
 #define _GNU_SOURCE
 #include "cache_int.h"
+#include "cache_ram.h"
+#include "cache_stats.h"
 #include "mcfs_numa.h"
 
 #include <errno.h>

@@ -1,6 +1,6 @@
 /*
  * read.c - one call answers a read of an open file (cache_read(), see
- * cache.h): the byte range in, what to reply with out.
+ * cache_read.h): the byte range in, what to reply with out.
  *
  * Design. The range is cut at block boundaries with cache_span(). A range
  * inside one block is answered from the block's slot: the reply points into
@@ -22,6 +22,9 @@
  */
 #define _GNU_SOURCE
 #include "cache_int.h"
+#include "cache_ram.h"
+#include "cache_read.h"
+#include "cache_readahead.h"
 
 #include <errno.h>
 #include <stdlib.h>

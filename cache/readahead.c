@@ -30,6 +30,8 @@
  */
 #define _GNU_SOURCE
 #include "cache_int.h"
+#include "cache.h"
+#include "cache_readahead.h"
 
 #include <errno.h>
 #include <stdio.h>

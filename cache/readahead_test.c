@@ -25,6 +25,10 @@
 #define _GNU_SOURCE
 #include "mcfs_test.h"
 #include "cache_test.h"
+#include "cache.h"
+#include "cache_ram.h"
+#include "cache_readahead.h"
+#include "cache_stats.h"
 
 #define MAX_WINDOW 8 /* readahead_max, in blocks */
 #define NBLOCKS 48

@@ -40,7 +40,7 @@
 #include "shared_int.h"
 
 #include "blob.h"
-#include "cache.h"
+#include "cache_stats.h"
 
 #include <errno.h>
 #include <inttypes.h>

@@ -24,6 +24,8 @@
  */
 #define _GNU_SOURCE
 #include "cache_int.h"
+#include "cache_disk.h"
+#include "cache_stats.h"
 
 #include <errno.h>
 #include <fcntl.h>

@@ -16,6 +16,7 @@
 #include <stdatomic.h>
 
 #include "cache.h"
+#include "counters.h"
 #include "cfg.h"
 #include "fuse_conn.h"
 #include "push.h"

@@ -20,6 +20,7 @@
  */
 #define _GNU_SOURCE
 #include "fs_int.h"
+#include "cache_disk.h"
 
 #include <errno.h>
 #include <linux/capability.h>

@@ -18,6 +18,7 @@
 #define _GNU_SOURCE
 #include "inode.h"
 #include "inode_int.h"
+#include "cache_metadata.h"
 
 #include <errno.h>
 #include <stdio.h>

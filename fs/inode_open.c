@@ -52,6 +52,9 @@
 #define _GNU_SOURCE
 #include "inode.h"
 #include "inode_int.h"
+#include "cache.h"
+#include "cache_disk.h"
+#include "cache_metadata.h"
 
 #include <errno.h>
 #include <stdio.h>

@@ -32,6 +32,8 @@
 #include "caller.h"
 #include "gpu.h"
 #include "mcfs/mcfs_ioctl.h"
+#include "cache.h"
+#include "cache_ram.h"
 
 /* The wire and gpu/ agree on these sizes, so translating copies no more and
  * no less than the caller sent. */

@@ -23,6 +23,9 @@
 #include "gpu.h"
 #include "gpu_build.h" /* generated: MCFS_GPU_BUILD */
 #include "metrics.h"
+#include "cache.h"
+#include "cache_metadata.h"
+#include "cache_stats.h"
 
 #include <errno.h>
 #include <fcntl.h>

@@ -36,6 +36,7 @@
 #include <unistd.h>
 
 #include "cache.h"
+#include "cache_stats.h"
 #include "fs_int.h"
 #include "stats.h"
 

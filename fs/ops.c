@@ -12,6 +12,11 @@
 #include "fs_int.h"
 #include "inode.h"
 #include "stats.h"
+#include "cache.h"
+#include "cache_metadata.h"
+#include "cache_ram.h"
+#include "cache_read.h"
+#include "cache_readahead.h"
 
 #include <errno.h>
 #include <fcntl.h>

@@ -30,6 +30,9 @@
 
 #include "fs_int.h"
 #include "mcfs.h"
+#include "cache.h"
+#include "cache_ram.h"
+#include "cache_readahead.h"
 
 #include <errno.h>
 #include <stdatomic.h>

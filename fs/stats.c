@@ -26,6 +26,8 @@
 
 #include "fs_int.h"
 #include "gpu.h"
+#include "cache_ram.h"
+#include "cache_stats.h"
 
 struct row {
 	const char *key;	      /* its user.mcfs.stats line */

@@ -24,7 +24,8 @@
 #include <stdint.h>
 #include <stdio.h>
 
-#include "cache.h"
+#include "cache_ram.h"
+#include "cache_stats.h"
 #include "mcfs.h"
 
 struct fs_session;

@@ -15,6 +15,7 @@
 #define _GNU_SOURCE
 #include "stats.h"
 #include "mcfs_test.h"
+#include "cache_ram.h"
 
 #include <errno.h>
 #include <stdlib.h>

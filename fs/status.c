@@ -31,6 +31,9 @@
 
 #include "mcfs.h"
 #include "stats.h"
+#include "cache_disk.h"
+#include "cache_ram.h"
+#include "cache_stats.h"
 
 #define STATUS_MAX 8192
 

@@ -28,6 +28,8 @@
  */
 #define _GNU_SOURCE
 #include "gpu_int.h"
+#include "cache.h"
+#include "cache_ram.h"
 
 #include <errno.h>
 #include <stdlib.h>

@@ -25,6 +25,7 @@
 #define _GNU_SOURCE
 #include "gpu_int.h"
 #include "mcfs_numa.h"
+#include "cache_ram.h"
 
 #include <dlfcn.h>
 #include <errno.h>

@@ -7,6 +7,7 @@
 #define _GNU_SOURCE
 #include "gpu.h"
 #include "gpu_build.h" /* generated: MCFS_GPU_BUILD, why CUDA is not built in */
+#include "cache_ram.h"
 
 #include <errno.h>
 #include <stdio.h>

@@ -13,6 +13,8 @@
 #define _GNU_SOURCE
 #include "gpu.h"
 #include "safetensors.h"
+#include "cache.h"
+#include "cache_ram.h"
 
 #include <errno.h>
 

@@ -1,0 +1,44 @@
+/*
+ * cache_disk.h - the disk tier as seen from outside cache/: backing files for
+ * FUSE passthrough (backing.c), and why the tier is off. The tier itself
+ * (files under cache_dir, its index, write-behind) is cache/disk.h, private
+ * to cache/; its counters are the DISK rows of counters.h.
+ *
+ * The kernel reads a passthrough open's backing file itself, at the file's
+ * own offsets, with no request to mcfs; so a backing file must hold the whole
+ * version and nothing else. cache/ keeps them (fs/ never sees a path under
+ * cache_dir): a version's own file in the disk tier (layout (d)), used as it
+ * is once every block is on disk whole and verified. Lock: their own leaf lock.
+ */
+#ifndef MCFS_CACHE_DISK_PUBLIC_H
+#define MCFS_CACHE_DISK_PUBLIC_H
+
+#include <stdbool.h>
+
+#include "mcfs.h"
+
+struct cache;
+struct cache_file;
+
+/*
+ * A read-only descriptor of @f's backing file in *fd (the caller closes it),
+ * if the disk tier holds every block of @f whole. The first get of a version
+ * in this mount (and the first after one of its blocks changed) reads it and
+ * verifies every block's checksum, at disk speed; there is no copy. Pins
+ * the version (none of its blocks evicted) until cache_backing_put(c, f);
+ * one put per successful get. Returns 0; -ENOENT when there is none (no disk
+ * tier, a block missing or only in RAM, an empty file); -EIO when a block
+ * failed its checksum (dropped, logged and counted in backing_build_errors:
+ * the next read fetches it again); or -errno (logged). Threads: any, with
+ * no lock of the caller's held (it may read the file for seconds).
+ */
+MCFS_MUST_CHECK int cache_backing_get(struct cache *c, struct cache_file *f, int *fd);
+/* True if this cache can make backing files (it has a disk tier). Can't fail. */
+bool cache_backing_enabled(const struct cache *c);
+/* Unpins what cache_backing_get() pinned. Can't fail. */
+void cache_backing_put(struct cache *c, struct cache_file *f);
+
+/* What @reason (enum cache_disk_off) means, in a few words: static, never NULL. */
+const char *cache_disk_off_text(int reason);
+
+#endif
