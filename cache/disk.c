@@ -495,10 +495,11 @@ static void version_keys(struct cache_disk *d, const char *path, const char *ver
 
 /* Reads the version file @fd through an io_uring, up to VERIFY_CHUNK at once
  * in 1 MiB pieces in flight together (buffered: it fills the page cache the
- * kernel will read from; 1 GiB in 0.9 s here, 1.2 s one pread at a time), and
- * checks each block against its checksum. Returns the index of the first bad
- * block, or @n if all are good; *err is set for a failure that is not about
- * the bytes (no memory, no ring). No lock held. */
+ * kernel will read from; faster than one pread at a time: docs/benchmarks.md,
+ * "Backing-file verification"), and checks each block against its checksum.
+ * Returns the index of the first bad block, or @n if all are good; *err is
+ * set for a failure that is not about the bytes (no memory, no ring). No lock
+ * held. */
 static uint64_t verify_blocks(struct cache_disk *d, int fd, const uint64_t *csum,
 			      const uint32_t *lens, uint64_t n, int *err)
 {

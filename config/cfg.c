@@ -308,9 +308,10 @@ void cfg_init(struct cfg *c)
 	 * after a restart too (issue 16); one stat or HEAD per open */
 	snprintf(c->open_check, sizeof(c->open_check), "always");
 	c->read_ahead_kb = 8192; /* large enough for 1 MiB FUSE READs, several in flight */
-	c->splice = false; /* measured: no gain at 1 MiB requests (tests/bench/bench_seq.sh) */
+	c->splice = false; /* no gain at 1 MiB requests: docs/benchmarks.md, "The posix store" */
 	/* The RAM tier is the cache: a cold read through the source's page cache
-	 * ran at 0.3-0.9 GB/s, with O_DIRECT at 2.4-2.7 GB/s (2 GiB, local disk). */
+	 * (the model in RAM twice) ran at a fraction of O_DIRECT's speed
+	 * (docs/benchmarks.md, "The posix store: O_DIRECT and splice"). */
 	c->odirect = true;
 	c->disk_direct = true;
 	c->keep_cache = true;

@@ -5,7 +5,8 @@
  * Why the bdi: the kernel offers FUSE 128 KiB of readahead and libfuse can
  * only lower it, so buffered reads arrive as 128 KiB requests. Raising the
  * mount's read_ahead_kb after mounting gives 1 MiB requests (the ceiling with
- * libfuse 3.14) with several in flight, about +35% measured on passthrough.
+ * libfuse 3.14) with several in flight, which reads faster (docs/benchmarks.md,
+ * "FUSE request size").
  */
 #define _GNU_SOURCE
 #include "mount_util.h"

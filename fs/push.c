@@ -4,16 +4,17 @@
  *
  * A reader through an mmap (safetensors' safe_open, so vLLM's and SGLang's
  * loaders) faults one read-around window at a time, and each fault waits for
- * its FUSE READs: 1.4 GB/s from a cold mount where the same loop reads a local
- * file at 8. So once an open of a file the cache does not hold whole reads on
- * past its first block from the start (the stream has entered a second
- * block; a reader of the header or of one small tensor never gets there), the
- * file's inode gets a push: pusher threads take its blocks in order from
- * where the reader is, wrapping round to the blocks before it that no READ
- * touched, fetch them through the cache (a window of prefetches ahead, at the
- * network's speed) and hand each to the kernel with FUSE_NOTIFY_STORE, which
- * copies it into the inode's page cache. The reader's faults and reads then
- * find their pages there, as on a local file, and never wait for the daemon.
+ * its FUSE READs: a cold mount serves such a loop at a fraction of a local
+ * file's speed (docs/benchmarks.md, "Mmap readers through FUSE"). So once an
+ * open of a file the cache does not hold whole reads on past its first block
+ * from the start (the stream has entered a second block; a reader of the header
+ * or of one small tensor never gets there), the file's inode gets a push:
+ * pusher threads take its blocks in order from where the reader is, wrapping
+ * round to the blocks before it that no READ touched, fetch them through the
+ * cache (a window of prefetches ahead, at the network's speed) and hand each to
+ * the kernel with FUSE_NOTIFY_STORE, which copies it into the inode's page
+ * cache. The reader's faults and reads then find their pages there, as on a
+ * local file, and never wait for the daemon.
  *
  * One push per inode, whatever number of opens joined it; it lives while one
  * of them is open (fs_push_close() of the last waits for the pushes in

@@ -11,14 +11,16 @@
  * ("mcfs-gpu-prepN", all in parallel): its primary context is made, then each
  * chunk of the RAM tier, once pinned, is used once from it (a 1-byte copy),
  * which maps the pinned chunk into that device's context. Done lazily, that
- * mapping cost a fresh daemon's first load into a second GPU about 20 ms per
- * GiB of RAM tier, in the load's time; gpu_info() says which are ready.
+ * mapping ran inside a fresh daemon's first load into a second GPU and cost it
+ * time in proportion to the RAM tier (docs/benchmarks.md, "Pinning the RAM tier
+ * for the GPUs"); gpu_info() says which are ready.
  *
  * Pinning runs in its own thread ("mcfs-gpu-pin") so that a large RAM tier
- * (0.35 s per GiB) does not delay the mount: it registers the region chunk by
- * chunk with cudaHostRegisterPortable (usable from every device's context)
- * and publishes each chunk in chunk_pinned; the copy engine checks it per
- * block. Once done, the same thread wakes every 2 s to close IPC mappings
+ * (pinning takes time in proportion to its size: docs/benchmarks.md, "Pinning
+ * the RAM tier for the GPUs") does not delay the mount: it registers the region
+ * chunk by chunk with cudaHostRegisterPortable (usable from every device's
+ * context) and publishes each chunk in chunk_pinned; the copy engine checks it
+ * per block. Once done, the same thread wakes every 2 s to close IPC mappings
  * whose owner process has exited (an open mapping keeps that process's GPU
  * memory alive).
  */

@@ -28,9 +28,8 @@
  * connection (a peer that died mid-answer, a middlebox that dropped the flow):
  * the progress callback cuts it, and the retry runs on a new connection
  * (CURLOPT_FRESH_CONNECT), since the stalled one, or its route, is suspect.
- * Measured (tests/test_http_store.py, one 1 MiB block whose answer stops after
- * 64 KiB): the read took 36.1 s with only the timeout (timeout=30), 5.1 s with
- * stall_timeout=5.
+ * With the timeout alone, a stalled answer held its read for the whole
+ * timeout (docs/benchmarks.md, "Stalled connections").
  *
  * The shared tier's requests (blob.c, req->heard set) run other clocks, all in
  * on_progress (fetch_int.h words them): a busy shared service answers each of
