@@ -5,8 +5,8 @@
  * The stores (cache/remote) fill these, the metadata store (cache/meta.h)
  * records them, and the cache hands them to fs/ (cache_stat(), cache_list()
  * in cache_metadata.h). They live in this small header of cache/ so that fs/
- * gets them from cache.h without seeing the store's interface (remote.h includes this
- * file, not the other way round).
+ * gets them from cache.h without seeing the store's interface (remote.h
+ * includes this file, not the other way round).
  *
  * Plain data: no functions, no locks; copy them freely.
  */
