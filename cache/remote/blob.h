@@ -5,9 +5,11 @@
  * knows nothing of it.
  *
  * It is configured by the shared_* keys (endpoint, region, credentials,
- * addressing, timeout) and reuses the store's fetch layer (fetch.c: its
- * connection pool, SigV4 signing, the translation of HTTP status into errno)
- * with its own pool and its own limits: every request is one attempt, and
+ * addressing, timeout), read once at open, and builds its requests as the s3
+ * store does (s3.c: struct remote_s3_bucket, the URL, addressing and SigV4
+ * signing) over the store's fetch layer (fetch.c: the translation of HTTP
+ * status into errno), with a pool of its own and its own limits: every
+ * request is one attempt, and
  * shared_timeout bounds its time without progress (blob.c says which clock
  * each request runs), since a tier that is down must cost a read little; the
  * caller goes to the store instead. A transfer that moves, however slowly,
