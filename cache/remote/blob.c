@@ -240,9 +240,9 @@ int remote_blob_put(struct remote_blob *b, const char *key, const void *a, size_
 }
 
 int remote_blob_put_small(struct remote_blob *b, const char *key, const void *body, size_t len,
-			  struct remote_blob_res *res)
+			  bool if_absent, struct remote_blob_res *res)
 {
-	struct remote_req req = {.method = "PUT"};
+	struct remote_req req = {.method = "PUT", .if_none_match = if_absent ? "*" : NULL};
 	struct remote_resp resp;
 	int rc;
 

@@ -104,10 +104,12 @@ MCFS_MUST_CHECK int remote_blob_put(struct remote_blob *b, const char *key, cons
 
 /*
  * PUT of a small object (a lease, on a read's way): as remote_blob_put(), but
- * the service's silence cuts it also once its body is sent.
+ * the service's silence cuts it also once its body is sent. With @if_absent,
+ * sent with If-None-Match: *: -ESTALE (412) when the object exists, -EIO with
+ * res->status 501 when the service takes no conditional PUT (Swift's s3api).
  */
 MCFS_MUST_CHECK int remote_blob_put_small(struct remote_blob *b, const char *key, const void *body,
-					  size_t len, struct remote_blob_res *res);
+					  size_t len, bool if_absent, struct remote_blob_res *res);
 
 /* HEAD of @key: 0 with its size in *size, -ENOENT, -EACCES, -EIO. */
 MCFS_MUST_CHECK int remote_blob_head(struct remote_blob *b, const char *key, uint64_t *size,
