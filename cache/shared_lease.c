@@ -13,9 +13,10 @@
  * node holds is watched by one thread at a time, which reads the lease every
  * look_ns; its bits say which blocks are written, so each waiting thread GETs
  * its block once, when it is there. The lease's one no-progress clock: a
- * holder whose lease shows no new block for bound_ns (it died, or holds
- * without writing) loses the run to the next look, so a hog costs a waiter
- * one bound per run, not one per block.
+ * holder whose lease shows no new block for bound_ns (it died) loses the run
+ * to the next look, one bound per run, not one per block; a holder writes its
+ * lease only with a new block, so a lease written again without one (a hog)
+ * is lost at the look that sees its Last-Modified move.
  */
 #include "shared_lease.h"
 
@@ -165,6 +166,16 @@ void shared_runs_init(struct shared_runs *rs, uint64_t bound_ns, uint64_t look_n
 	rs->look_ns = look_ns;
 }
 
+/* FNV-1a of a node's name, never 0 (0: no node seen). */
+static uint64_t node_hash(const char *node)
+{
+	uint64_t h = 14695981039346656037ull;
+
+	for (; *node; node++)
+		h = (h ^ (unsigned char)*node) * 1099511628211ull;
+	return h ? h : 1;
+}
+
 static struct shared_run *find(struct shared_runs *rs, const char *key)
 {
 	unsigned i;
@@ -243,6 +254,8 @@ void shared_run_claimed(struct shared_runs *rs, const char *key, int rc, uint64_
 	if (!r)
 		return;
 	memset(r->bits, 0, sizeof(r->bits));
+	r->seen_node = 0;
+	r->seen_modified = 0;
 	r->looking = r->publishing = r->dirty = false;
 	r->until_ns = now + rs->bound_ns;
 	r->moved_ns = now;
@@ -259,20 +272,30 @@ bool shared_run_looked(struct shared_runs *rs, const char *key, int rc,
 		       const struct shared_lease *l, uint64_t age_ns, uint64_t now)
 {
 	struct shared_run *r = find(rs, key);
-	bool free_ = false;
+	bool free_ = false, hog = false;
 
 	if (!r || r->state != SHARED_RUN_THEIRS)
 		return false;
 	r->looking = false;
 	r->look_ns = now + rs->look_ns;
-	if (rc == 0 && memcmp(r->bits, l->bits, sizeof(r->bits)) != 0) {
-		memcpy(r->bits, l->bits, sizeof(r->bits));
-		r->moved_ns = now; /* progress */
+	if (rc == 0) {
+		uint64_t node = node_hash(l->node);
+		bool same = node == r->seen_node && memcmp(r->bits, l->bits, sizeof(r->bits)) == 0;
+
+		/* the same holder and blocks, written again: a hog */
+		hog = same && r->seen_modified > 0 && l->modified_ns > r->seen_modified;
+		if (!same) {
+			memcpy(r->bits, l->bits, sizeof(r->bits));
+			r->moved_ns =
+			    r->seen_node ? now : r->moved_ns; /* progress, or a new holder */
+		}
+		r->seen_node = node;
+		r->seen_modified = l->modified_ns;
 	}
 	if (rc == -ENOENT || rc == -EINVAL)
 		free_ = true;
 	else if (rc == 0)
-		free_ = l->released || too_old(age_ns, rs->bound_ns) ||
+		free_ = hog || l->released || too_old(age_ns, rs->bound_ns) ||
 			now - r->moved_ns >= rs->bound_ns;
 	if (free_)
 		r->state = SHARED_RUN_ASKING;
@@ -295,8 +318,9 @@ bool shared_run_wrote(struct shared_runs *rs, const char *key, uint64_t index, b
 		out->released = true;
 		return true;
 	}
-	if (index < SHARED_RUN_MAX)
-		r->bits[index / 64] |= 1ull << (index % 64);
+	if (index >= SHARED_RUN_MAX || shared_bit(r->bits, index))
+		return false; /* no new block to name */
+	r->bits[index / 64] |= 1ull << (index % 64);
 	if (r->publishing) {
 		r->dirty = true;
 		return false;

@@ -92,6 +92,7 @@ struct shared_lease {
 	char node[SHARED_NODE_MAX];
 	uint64_t bits[SHARED_RUN_MAX / 64];
 	bool released;
+	int64_t modified_ns; /* read: its Last-Modified (the service's clock); 0 = unknown */
 };
 
 /* Parses a lease body of @n bytes. Returns 0, or -EINVAL (not a lease: nobody's). */
@@ -137,6 +138,8 @@ struct shared_run {
 	uint64_t until_ns;		    /* OURS, GIVEN: forgotten then (asked again) */
 	uint64_t bits[SHARED_RUN_MAX / 64]; /* OURS: written; THEIRS: the lease's, last look */
 	uint64_t moved_ns;		    /* THEIRS: when the lease last showed progress */
+	uint64_t seen_node;		    /* THEIRS: a hash of the holder last seen, 0 = none */
+	int64_t seen_modified;		    /* THEIRS: that lease's Last-Modified */
 	uint64_t look_ns;		    /* THEIRS: when the next look at the lease may go */
 	bool looking;			    /* THEIRS: a thread reads the lease now */
 	bool publishing;		    /* OURS: a thread writes the lease now */
@@ -181,9 +184,10 @@ void shared_run_claimed(struct shared_runs *rs, const char *key, int rc, uint64_
  * -EINVAL (not a lease), other < 0 (the look failed); @age_ns its age by the
  * service's clock (Date less Last-Modified; UINT64_MAX unknown). Returns true
  * when the run is free to take: gone, released, unreadable, older than the
- * bound, or showing no progress for the bound (the holder died, or holds
- * without writing); then the caller claims it (STEP_ASK's work) and reports
- * with shared_run_claimed().
+ * bound, showing no progress for the bound (the holder died), or written again
+ * by its holder with no new block (a hog: a holder writes its lease only with
+ * a new block); then the caller claims it (STEP_ASK's work) and reports with
+ * shared_run_claimed().
  */
 bool shared_run_looked(struct shared_runs *rs, const char *key, int rc,
 		       const struct shared_lease *l, uint64_t age_ns, uint64_t now);
@@ -192,8 +196,9 @@ bool shared_run_looked(struct shared_runs *rs, const char *key, int rc,
  * Block @index of our run @key is written (@ok) or dropped. Returns true when
  * the caller now writes the lease (into @out: our bits), then calls
  * shared_run_published(); false when another thread's write will carry it,
- * or the run is no longer ours. A dropped block gives the run back: @out is
- * then the released lease, written once.
+ * the block was written before (no new bit: waiters would take a lease
+ * written again unchanged for a hog's), or the run is no longer ours. A dropped block gives the run
+ * back: @out is then the released lease, written once.
  */
 bool shared_run_wrote(struct shared_runs *rs, const char *key, uint64_t index, bool ok,
 		      const char *node, uint64_t now, struct shared_lease *out);

@@ -24,9 +24,10 @@
  * in memory (sh->changed); one of them at a time reads the lease, every
  * look_ns, and the lease's bits (the blocks the holder wrote) say when each
  * waiter's block is there: it is then GET once, not polled. A lease that
- * shows no new block for shared_wait is taken over: a dead holder, or one
- * that holds and never writes, costs a waiter one shared_wait per run. A
- * waiting fetch thread is held (not parked): its wait is bounded by the
+ * shows no new block for shared_wait is taken over: a dead holder costs a
+ * waiter one shared_wait per run; one written again with no new block (a
+ * hog: a holder writes it only with one) is taken at the look that sees it.
+ * A waiting fetch thread is held (not parked): its wait is bounded by the
  * holder's progress and that one clock.
  */
 #define _GNU_SOURCE
@@ -118,7 +119,9 @@ static int read_lease(struct cache_shared *sh, const char *lkey, struct shared_l
 	if (rc < 0)
 		return rc == -ENOENT ? rc : -EIO;
 	*age = shared_lease_age(res.date_ns, res.modified_ns);
-	return shared_lease_parse(body, n, l);
+	rc = shared_lease_parse(body, n, l);
+	l->modified_ns = res.modified_ns;
+	return rc;
 }
 
 int cache_shared_put_lease(struct cache_shared *sh, const char *lkey, const struct shared_lease *l,

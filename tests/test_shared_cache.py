@@ -356,9 +356,9 @@ def test_another_nodes_run_lease(swift, origin, tmp_path):
 
 def test_lease_hog_loses_its_run(swift, origin, tmp_path):
     """A node that holds a run's lease and keeps writing it again, but writes
-    none of its blocks (a hog): the daemon takes the run over once the lease
-    showed no new block for shared_wait, once for the whole run (not once per
-    block), and fetches the run from the store."""
+    none of its blocks (a hog): the daemon takes the run over (the lease
+    written again with no new block, or none for shared_wait), once for the
+    whole run, not once per block, and fetches the run from the store."""
     data, n, opts = fill(swift, origin, tmp_path, "hog", 8 * BLOCK, ["shared_wait=1"])
     (lkey,) = leases_in(swift, "hog")
     s3 = swift.s3()
