@@ -19,11 +19,8 @@
  * the write, but for a block this node holds the lease of: other nodes wait
  * for that one, and dropping it would send each of them to the store, so
  * the fetch thread (its readers already answered) waits for room, up to
- * shared_wait, and gives the run back if it must drop the block after all.
- * Measured with 8 nodes on one Swift on 2 CPUs (tests/bench/bench_shared.py,
- * 2 GiB), whose PUTs took up to 2.8 s to answer, a wait of 2 s dropped 41
- * leased blocks, each read from the store again by a waiter (1.16 times the
- * model).
+ * shared_wait, and gives the run back if it must drop the block after all
+ * (why that long, measured: docs/benchmarks.md, "The shared tier's clocks").
  *
  * Health: one state (up, read-only, down) and its probe, decided by
  * shared_lease.c; every request asks cache_shared_ask() first and reports

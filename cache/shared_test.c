@@ -1,7 +1,7 @@
 /*
  * shared_test.c - unit test of how the shared block tier names and seals a
  * block (shared_key.c, shared_seal.c) and judges a lease's age
- * (shared_read.c): one block, one name, on every node and every run;
+ * (shared_lease.c): one block, one name, on every node and every run;
  * another store, file, version, size, block size or index, another name; a
  * name that is a safe S3 key of bounded length whatever the path holds; a
  * trailer that accepts its own block and refuses a flipped byte, a truncated

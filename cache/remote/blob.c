@@ -21,15 +21,7 @@
  *    it answers (Swift writes and fsyncs it, then updates the container),
  *    silent meanwhile; that wait is bounded by BLOB_IDLE_FACTOR times
  *    shared_timeout alone.
- * Measured with 8 nodes loading 2 GiB at once from one Swift on 2 CPUs
- * (tests/bench/bench_shared.py, 2026-11-25): Swift answered block PUTs 0.7 s
- * after their body at the median and up to 4.2 s, lease PUTs up to 2.7 s,
- * and a block GET's answer sometimes began more than 2 s after it was sent.
- * A no-byte clock of 2 s per request cut those, sent their reads to the
- * origin and counted that working service down: 4.2 times the model from
- * the origin; 3.8 with the PUT's wait for its answer alone; 1.0 with the
- * clocks above and shared.c's patience (a busy service is not down, a
- * leased block waits for room in the write queue).
+ * Why these clocks, measured: docs/benchmarks.md ("The shared tier's clocks").
  *
  * Keys are relative to the URL's prefix and percent-encoded here (SigV4
  * canonical form); requests are signed with the resolved credentials, or sent
