@@ -6,8 +6,8 @@
  * its own connections alive between requests, so a handle taken from the pool
  * usually reuses a warm TCP (and TLS) connection; the handles share one DNS and
  * TLS-session cache. Every request goes through remote_fetch_do(), which owns:
- *  - timeouts (cfg->connect_timeout; cfg->timeout of no progress; the shared
- *    tier's clocks, below);
+ *  - timeouts (the pool's struct remote_fetch_conf: connect_timeout; timeout
+ *    of no progress; the shared tier's clocks, below);
  *  - retries with exponential backoff and jitter, on timeouts, resets, refused
  *    connections, 5xx and 429, never on other 4xx;
  *  - the one translation of CURLcode and HTTP status into a negative errno
@@ -30,7 +30,7 @@
  *  - PUT of a body held in memory (the shared block tier's writes, blob.c),
  *    sent from the caller's buffers without a copy.
  * Proxy settings come from the environment (libcurl's default), TLS is
- * verified unless cfg->tls_verify is off. Credentials travel only through
+ * verified unless the pool's tls_verify is off. Credentials travel only through
  * CURLOPT_USERNAME/PASSWORD (SigV4) and never reach a log line.
  *
  * Threads: remote_fetch_do() may be called from many threads at once; the pool
