@@ -211,8 +211,9 @@ enum cache_counter_type {
 	  "Shared hits that waited for another node's fetch of the block (its lease).")            \
 	X(CACHE, shared_wait_timeouts, "shared_wait_timeouts", COUNTER,                            \
 	  "shared_wait_timeouts_total", NULL,                                                      \
-	  "Runs taken over from a node whose lease showed no new block for shared_wait (fetched "   \
-	  "here).")                                                                                 \
+	  "Waits for another node's blocks that ended without them (fetched here): runs taken "    \
+	  "over from a node whose lease showed no progress, blocks not written within twice "      \
+	  "shared_wait.")                                                                          \
 	X(CACHE, shared_puts, "shared_puts", COUNTER, "shared_puts_total", NULL,                   \
 	  "Blocks written to the shared cache.")                                                   \
 	X(CACHE, shared_put_bytes, "shared_put_bytes", COUNTER, "shared_put_bytes_total", NULL,    \

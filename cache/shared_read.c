@@ -27,8 +27,8 @@
  * shows no new block for shared_wait is taken over: a dead holder costs a
  * waiter one shared_wait per run; one written again with no new block (a
  * hog: a holder writes it only with one) is taken at the look that sees it.
- * A waiting fetch thread is held (not parked): its wait is bounded by the
- * holder's progress and that one clock.
+ * A waiting fetch thread is held (not parked), so its wait has a strict
+ * bound: twice shared_wait, after which it fetches its block itself.
  */
 #define _GNU_SOURCE
 #include "shared_int.h"
@@ -215,7 +215,9 @@ static void ask(struct cache_shared *sh, const char *lkey, bool over)
 static enum cache_shared_got leased(struct cache_shared *sh, const char *key, const char *lkey,
 				    const struct cache_shared_block *blk, void *buf)
 {
-	uint64_t index = blk->index % sh->run_blocks, wait, age;
+	uint64_t index = blk->index % sh->run_blocks, wait, age, now;
+	/* a holder busy with other blocks of the run holds this one twice the bound, at most */
+	uint64_t deadline = mcfs_now_ns() + 2 * sh->wait_ns;
 	enum cache_shared_got got = CACHE_SHARED_MISS;
 	struct shared_lease l;
 	enum shared_ticket t;
@@ -224,9 +226,18 @@ static enum cache_shared_got leased(struct cache_shared *sh, const char *key, co
 
 	pthread_mutex_lock(&sh->lock);
 	while (!sh->stopping) {
-		switch (shared_run_step(&sh->runs, lkey, index, mcfs_now_ns(), &wait)) {
+		now = mcfs_now_ns();
+		switch (shared_run_step(&sh->runs, lkey, index, now, &wait)) {
 		case SHARED_STEP_WAIT:
-			cache_shared_sleep(sh, wait);
+			if (now >= deadline) {
+				shared_count(&sh->wait_timeouts, 1);
+				MCFS_DEBUG(
+				    "shared cache %s%s: not written within twice shared_wait; "
+				    "fetching it from the store",
+				    sh->name, key);
+				break;
+			}
+			cache_shared_sleep(sh, MCFS_MIN(wait, deadline - now));
 			continue;
 		case SHARED_STEP_ASK:
 			ask(sh, lkey, false);
@@ -239,7 +250,7 @@ static enum cache_shared_got leased(struct cache_shared *sh, const char *key, co
 			pthread_cond_broadcast(&sh->changed);
 			if (over) {
 				shared_count(&sh->wait_timeouts, 1);
-				MCFS_DEBUG("shared cache %s%s: no progress for shared_wait (%.1f "
+				MCFS_DEBUG("shared cache %s%s: no progress (shared_wait %.1f "
 					   "s); taking the run over",
 					   sh->name, lkey, (double)sh->wait_ns / 1e9);
 				ask(sh, lkey, true);

@@ -362,7 +362,7 @@ def test_lease_hog_loses_its_run(swift, origin, tmp_path):
     none of its blocks (a hog): the daemon takes the run over (the lease
     written again with no new block, or none for shared_wait), once for the
     whole run, not once per block, and fetches the run from the store."""
-    data, n, opts = fill(swift, origin, tmp_path, "hog", 8 * BLOCK, ["shared_wait=1"])
+    data, n, opts = fill(swift, origin, tmp_path, "hog", 8 * BLOCK, ["shared_wait=2"])
     (lkey,) = leases_in(swift, "hog")
     s3 = swift.s3()
     for k in blocks_in(swift, "hog"):
@@ -389,6 +389,51 @@ def test_lease_hog_loses_its_run(swift, origin, tmp_path):
         h.join()
     assert st["shared_wait_timeouts"] == 1 and st["shared_leases"] == 1, (brief(st), log)
     assert st["store_reads"] == n and st["shared_puts"] == n, (brief(st), log)
+
+
+def test_block_never_written_waits_a_bound(swift, origin, tmp_path):
+    """Another node holds the run and keeps writing its blocks, one every 0.2 s
+    (each named in its lease: progress, so it keeps the run), but never block 3.
+    The daemon waits for each block until the lease names it, and for block 3
+    twice shared_wait at most (a fetch thread waits no longer), then fetches
+    that one block from the store."""
+    data, n, opts = fill(swift, origin, tmp_path, "never", 32 * BLOCK, ["shared_wait=2"])
+    (lkey,) = leases_in(swift, "never")
+    s3 = swift.s3()
+    blocks = {k: s3.get_object(Bucket=SHARED, Key=k)["Body"].read()
+              for k in blocks_in(swift, "never")}
+    for k in blocks:
+        s3.delete_object(Bucket=SHARED, Key=k)
+    other = "othernode-0123456789abcdef"
+    s3.put_object(Bucket=SHARED, Key=lkey, Body=("%s 0\n" % other).encode())
+    stop = threading.Event()
+
+    def holder():  # writes every block but block 3, then its lease naming it
+        bits = 0
+        for i, (k, body) in enumerate(blocks.items()):
+            if i == 3:
+                continue
+            if stop.wait(0.2):
+                return
+            s3.put_object(Bucket=SHARED, Key=k, Body=body)
+            bits |= 1 << i
+            s3.put_object(Bucket=SHARED, Key=lkey, Body=("%s %x\n" % (other, bits)).encode())
+
+    h = threading.Thread(target=holder)
+    open(str(tmp_path / "access.log"), "w").close()
+    try:
+        with mcfs_mount(origin.url, str(tmp_path / "b"), opts=opts, env=ENV) as b:
+            h.start()
+            assert read(b.p("model.bin")) == data
+            st = b.stats()
+            log = b.log()
+    finally:
+        stop.set()
+        if h.is_alive():
+            h.join()
+    assert st["shared_wait_timeouts"] == 1 and st["store_reads"] == 1, (brief(st), log)
+    assert st["shared_hits"] == n - 1 and st["shared_leases"] == 0, (brief(st), log)
+    assert len(origin_gets(str(tmp_path / "access.log"), "model.bin")) == 1
 
 
 def test_runs_of_a_node_alone(swift, origin, tmp_path):
