@@ -40,6 +40,7 @@ pytestmark = pytest.mark.skipif(not have_swift(), reason="swift/memcached not in
 SHARED = "shared"  # the shared cache's bucket
 MODELS = "models"  # the s3 store's bucket
 BLOCK = rc.BLOCK
+OTHER = "othernode-0123456789abcdef"  # another node, in leases
 TRAILER = 48  # "MCFSBLK2", the length, HMAC-SHA256 (cache/shared_seal.c)
 KEY = b"test-cluster-key-0123456789abcdef0123456789abcdef"  # shared_key_file's bytes
 # RAM only, 1 MiB blocks; no page cache kept across opens, so that a second
@@ -325,18 +326,17 @@ def test_another_nodes_run_lease(swift, origin, tmp_path):
     s3 = swift.s3()
     blocks = {k: s3.get_object(Bucket=SHARED, Key=k)["Body"].read() for k in blocks_in(swift, "run")}
     assert len(blocks) == n
-    other = "othernode-0123456789abcdef"
 
     def other_node(state=""):
         for k in blocks:
             s3.delete_object(Bucket=SHARED, Key=k)
-        s3.put_object(Bucket=SHARED, Key=lkey, Body=("%s 0%s\n" % (other, state)).encode())
+        s3.put_object(Bucket=SHARED, Key=lkey, Body=("%s 0%s\n" % (OTHER, state)).encode())
 
     # held: the blocks appear while the daemon waits
     other_node()
     open(str(tmp_path / "access.log"), "w").close()
     got, waiting, st, log = read_while_held(swift, origin, str(tmp_path / "b"), opts, blocks,
-                                            lkey, other)
+                                            lkey, OTHER)
     assert got == data and waiting, (brief(st), log)
     assert st["store_reads"] == 0 and st["shared_hits"] == n, (brief(st), log)
     assert st["shared_waits"] == st["shared_misses"] >= 1, (brief(st), log)
@@ -391,6 +391,20 @@ def test_lease_hog_loses_its_run(swift, origin, tmp_path):
     assert st["store_reads"] == n and st["shared_puts"] == n, (brief(st), log)
 
 
+def held_by_other(swift, prefix):
+    """Takes prefix's blocks out of the shared cache and gives their run's lease
+    to OTHER, which has written none of them yet. Returns the lease's key and
+    the blocks (key -> object, by index)."""
+    (lkey,) = leases_in(swift, prefix)
+    s3 = swift.s3()
+    blocks = {k: s3.get_object(Bucket=SHARED, Key=k)["Body"].read()
+              for k in blocks_in(swift, prefix)}
+    for k in blocks:
+        s3.delete_object(Bucket=SHARED, Key=k)
+    s3.put_object(Bucket=SHARED, Key=lkey, Body=("%s 0\n" % OTHER).encode())
+    return lkey, blocks
+
+
 def test_block_never_written_waits_a_bound(swift, origin, tmp_path):
     """Another node holds the run and keeps writing its blocks, one every 0.2 s
     (each named in its lease: progress, so it keeps the run), but never block 3.
@@ -398,14 +412,8 @@ def test_block_never_written_waits_a_bound(swift, origin, tmp_path):
     twice shared_wait at most (a fetch thread waits no longer), then fetches
     that one block from the store."""
     data, n, opts = fill(swift, origin, tmp_path, "never", 32 * BLOCK, ["shared_wait=2"])
-    (lkey,) = leases_in(swift, "never")
+    lkey, blocks = held_by_other(swift, "never")
     s3 = swift.s3()
-    blocks = {k: s3.get_object(Bucket=SHARED, Key=k)["Body"].read()
-              for k in blocks_in(swift, "never")}
-    for k in blocks:
-        s3.delete_object(Bucket=SHARED, Key=k)
-    other = "othernode-0123456789abcdef"
-    s3.put_object(Bucket=SHARED, Key=lkey, Body=("%s 0\n" % other).encode())
     stop = threading.Event()
 
     def holder():  # writes every block but block 3, then its lease naming it
@@ -417,7 +425,7 @@ def test_block_never_written_waits_a_bound(swift, origin, tmp_path):
                 return
             s3.put_object(Bucket=SHARED, Key=k, Body=body)
             bits |= 1 << i
-            s3.put_object(Bucket=SHARED, Key=lkey, Body=("%s %x\n" % (other, bits)).encode())
+            s3.put_object(Bucket=SHARED, Key=lkey, Body=("%s %x\n" % (OTHER, bits)).encode())
 
     h = threading.Thread(target=holder)
     open(str(tmp_path / "access.log"), "w").close()
@@ -766,22 +774,15 @@ def test_lease_of_a_node_with_a_skewed_clock(swift, origin, tmp_path):
     age is the service's Date less its Last-Modified (one clock), so the
     daemon waits for the blocks, as for any held lease."""
     data, n, opts = fill(swift, origin, tmp_path, "skew", 4 * BLOCK, ["shared_wait=30"])
-    (lkey,) = leases_in(swift, "skew")
-    s3 = swift.s3()
-    blocks = {k: s3.get_object(Bucket=SHARED, Key=k)["Body"].read()
-              for k in blocks_in(swift, "skew")}
-    for k in blocks:
-        s3.delete_object(Bucket=SHARED, Key=k)
     # the lease carries no node's clock: its age is the service's alone
-    other = "othernode-0123456789abcdef"
-    s3.put_object(Bucket=SHARED, Key=lkey, Body=("%s 0\n" % other).encode())
+    lkey, blocks = held_by_other(swift, "skew")
     got, waiting, st, log = read_while_held(swift, origin, str(tmp_path / "b"), opts, blocks,
-                                            lkey, other)
+                                            lkey, OTHER)
     assert got == data and waiting, (brief(st), log)
     assert st["store_reads"] == 0 and st["shared_hits"] == n, (brief(st), log)
     assert st["shared_leases"] == 0, (brief(st), log)
     assert st["shared_waits"] == st["shared_misses"] >= 1, (brief(st), log)
-    assert leases_in(swift, "skew")[lkey].startswith(other.encode())
+    assert leases_in(swift, "skew")[lkey].startswith(OTHER.encode())
 
 
 def test_read_only_shared_cache_does_not_flap(swift, origin, tmp_path):
