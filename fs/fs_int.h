@@ -43,8 +43,8 @@ struct fs_hslot {
 };
 struct fs_htab {
 	_Atomic(struct fs_hslot *) chunks[FS_HTAB_CHUNKS];
-	uint64_t next;	 /* ids from 1; under handles_lock */
-	uint64_t *free;	 /* released ids, reused first */
+	uint64_t next;	/* ids from 1; under handles_lock */
+	uint64_t *free; /* released ids, reused first */
 	size_t nfree, cap;
 };
 

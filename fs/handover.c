@@ -278,10 +278,8 @@ static int hand_to_holders(struct fs_session *s)
 	}
 	if (h->systemd) {
 		/* Replace what an earlier daemon stored, then store ours. */
-		(void)sd_pid_notify(0, 0,
-				    "FDSTOREREMOVE=1\nFDNAME=" FS_HANDOVER_FUSE_NAME);
-		(void)sd_pid_notify(0, 0,
-				    "FDSTOREREMOVE=1\nFDNAME=" FS_HANDOVER_STATE_NAME);
+		(void)sd_pid_notify(0, 0, "FDSTOREREMOVE=1\nFDNAME=" FS_HANDOVER_FUSE_NAME);
+		(void)sd_pid_notify(0, 0, "FDSTOREREMOVE=1\nFDNAME=" FS_HANDOVER_STATE_NAME);
 		if (sd_pid_notify_with_fds(0, 0, "FDSTORE=1\nFDNAME=" FS_HANDOVER_FUSE_NAME,
 					   &fds[0], 1) <= 0 ||
 		    sd_pid_notify_with_fds(0, 0, "FDSTORE=1\nFDNAME=" FS_HANDOVER_STATE_NAME,
@@ -531,17 +529,17 @@ static int compact(struct fs_session *s, const struct replay *r, uint64_t old_en
 		uint64_t u[2];
 		uint64_t pos = first;
 
-#define PUT(type, a, alen, b, blen)                                                               \
-	do {                                                                                      \
-		hdr[0] = (type);                                                                  \
-		hdr[1] = (uint32_t)((alen) + (blen));                                             \
-		iov[0] = (struct iovec){hdr, sizeof(hdr)};                                        \
-		iov[1] = (struct iovec){(void *)(a), (alen)};                                     \
-		iov[2] = (struct iovec){(void *)(b), (blen)};                                     \
-		n = pwritev(h->state_fd, iov, 3, (off_t)pos);                                     \
-		if (n != (ssize_t)(sizeof(hdr) + (alen) + (blen)))                                \
-			return n < 0 ? -errno : -EIO;                                             \
-		pos += (uint64_t)n;                                                               \
+#define PUT(type, a, alen, b, blen)                                                                \
+	do {                                                                                       \
+		hdr[0] = (type);                                                                   \
+		hdr[1] = (uint32_t)((alen) + (blen));                                              \
+		iov[0] = (struct iovec){hdr, sizeof(hdr)};                                         \
+		iov[1] = (struct iovec){(void *)(a), (alen)};                                      \
+		iov[2] = (struct iovec){(void *)(b), (blen)};                                      \
+		n = pwritev(h->state_fd, iov, 3, (off_t)pos);                                      \
+		if (n != (ssize_t)(sizeof(hdr) + (alen) + (blen)))                                 \
+			return n < 0 ? -errno : -EIO;                                              \
+		pos += (uint64_t)n;                                                                \
 	} while (0)
 
 		PUT(R_INIT, r->init, r->init_len, NULL, 0);
@@ -583,9 +581,8 @@ static int compact(struct fs_session *s, const struct replay *r, uint64_t old_en
 			return -errno;
 		h->end = pos;
 	}
-	if (first > HO_HDR &&
-	    fallocate(h->state_fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, HO_HDR,
-		      (off_t)(first - HO_HDR)) < 0)
+	if (first > HO_HDR && fallocate(h->state_fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE,
+					HO_HDR, (off_t)(first - HO_HDR)) < 0)
 		MCFS_DEBUG("restart state: punching the old records: %s", strerror(errno));
 	return 0;
 }
@@ -609,13 +606,15 @@ int fs_handover_resume(struct fs_session *s, struct fuse_session *se)
 		return rc;
 	}
 	in = (const struct fuse_in_header *)r.init;
-	memcpy(&f1, r.init + sizeof(*in) + 12, 4); /* fuse_init_in: major, minor, max_readahead, flags */
+	memcpy(&f1, r.init + sizeof(*in) + 12,
+	       4); /* fuse_init_in: major, minor, max_readahead, flags */
 	if (r.init_len >= sizeof(*in) + 20)
 		memcpy(&f2, r.init + sizeof(*in) + 16, 4);
 	flags = f1 | ((f1 & HO_INIT_EXT) ? (uint64_t)f2 << 32 : 0);
 	if (!(flags & HO_HAS_RESEND))
-		MCFS_WARN("this kernel cannot resend requests (FUSE_NOTIFY_RESEND, Linux 6.9): those "
-			  "the last daemon had read are never answered");
+		MCFS_WARN(
+		    "this kernel cannot resend requests (FUSE_NOTIFY_RESEND, Linux 6.9): those "
+		    "the last daemon had read are never answered");
 	h->init = r.init;
 	h->init_len = r.init_len;
 	h->init_unique = in->unique;
@@ -623,8 +622,7 @@ int fs_handover_resume(struct fs_session *s, struct fuse_session *se)
 	for (i = 2; i < r.nnodes; i++) { /* 1 is the root, made already */
 		if (!r.nodes[i].path)
 			continue;
-		rc = fs_inode_restore(s, i, r.nodes[i].path, r.nodes[i].retired,
-				      &r.nodes[i].attr);
+		rc = fs_inode_restore(s, i, r.nodes[i].path, r.nodes[i].retired, &r.nodes[i].attr);
 		if (rc < 0)
 			goto out;
 		nodes++;

@@ -60,12 +60,12 @@ struct fuse_session;
 
 /* In struct fs_session. */
 struct fs_handover {
-	int fuse_fd;  /* given back at start (resume), else -1 until mounted */
-	int state_fd; /* the state memfd, or -1: nothing is kept */
-	int sup_fd;   /* the supervisor's socket (MCFS_SUPERVISOR_FD), or -1 */
-	bool systemd; /* NOTIFY_SOCKET is set: systemd's store holds the descriptors */
-	bool resume;  /* this daemon resumes a connection (fuse_fd from a holder) */
-	bool held;    /* a holder keeps the descriptors: a crash is survived */
+	int fuse_fd;	      /* given back at start (resume), else -1 until mounted */
+	int state_fd;	      /* the state memfd, or -1: nothing is kept */
+	int sup_fd;	      /* the supervisor's socket (MCFS_SUPERVISOR_FD), or -1 */
+	bool systemd;	      /* NOTIFY_SOCKET is set: systemd's store holds the descriptors */
+	bool resume;	      /* this daemon resumes a connection (fuse_fd from a holder) */
+	bool held;	      /* a holder keeps the descriptors: a crash is survived */
 	pthread_mutex_t lock; /* guards end and the writes to state_fd */
 	uint64_t end;	      /* the log's end */
 	/* The INIT replayed on resume (libfuse reads it first), then the answer swallowed. */

@@ -286,19 +286,20 @@ static int setup(struct fs_session *s)
 		rc = fs_handover_resume(s, s->se);
 		if (rc < 0) {
 			/* Start over on a mount of our own: the held one cannot be served. */
-			MCFS_ERR("cannot resume the mount on %s: unmounting it (lazily: its readers "
-				 "get ENOTCONN) and mounting afresh",
-				 s->cfg.mountpoint);
+			MCFS_ERR(
+			    "cannot resume the mount on %s: unmounting it (lazily: its readers "
+			    "get ENOTCONN) and mounting afresh",
+			    s->cfg.mountpoint);
 			fuse_session_destroy(s->se);
 			fs_handles_free_all(s);
 			fs_inodes_free(s->inodes);
 			s->inodes = NULL;
 			s->ho.resume = false;
 			if (umount2(s->cfg.mountpoint, MNT_DETACH) < 0)
-				MCFS_WARN("lazy unmount of %s: %s", s->cfg.mountpoint, strerror(errno));
+				MCFS_WARN("lazy unmount of %s: %s", s->cfg.mountpoint,
+					  strerror(errno));
 			rc = fs_inodes_new(s, &s->inodes);
-			s->se = rc < 0 ? NULL
-				       : fuse_session_new(&args, &fs_ops, sizeof(fs_ops), s);
+			s->se = rc < 0 ? NULL : fuse_session_new(&args, &fs_ops, sizeof(fs_ops), s);
 		}
 	}
 	fuse_opt_free_args(&args);
@@ -670,7 +671,8 @@ static int daemonize_and_run(struct fs_session *s, bool supervise)
 	if (pid == 0) {
 		close(pfd[0]);
 		setsid();
-		/* The supervisor keeps the directory: its daemons read relative paths of the command line. */
+		/* The supervisor keeps the directory: its daemons read relative paths of the
+		 * command line. */
 		if (!supervise && chdir("/") < 0)
 			MCFS_WARN("chdir /: %s", strerror(errno));
 		_exit(supervise ? fs_supervise(fs_argc, fs_argv, pfd[1], s->cfg.mountpoint)
@@ -726,9 +728,9 @@ static int cmd_mount(int argc, char **argv)
 				 sess.cfg.mountpoint);
 			snprintf(sess.cfg.mountpoint, sizeof(sess.cfg.mountpoint), "%s", abs);
 		}
-		return supervised ? run_mount(&sess, ready_fd)
-				  : sess.cfg.foreground ? run_mount(&sess, -1)
-							: daemonize_and_run(&sess, false);
+		return supervised	     ? run_mount(&sess, ready_fd)
+		       : sess.cfg.foreground ? run_mount(&sess, -1)
+					     : daemonize_and_run(&sess, false);
 	}
 	rc = fs_mount_check_target(sess.cfg.mountpoint, abs, sizeof(abs));
 	if (rc == -ENOTCONN) {
@@ -758,9 +760,8 @@ static int cmd_mount(int argc, char **argv)
 	if (supervised)
 		return run_mount(&sess, ready_fd);
 	if (sess.cfg.supervise) /* handover.h: the daemon runs as its child */
-		return sess.cfg.foreground
-			   ? fs_supervise(fs_argc, fs_argv, -1, sess.cfg.mountpoint)
-			   : daemonize_and_run(&sess, true);
+		return sess.cfg.foreground ? fs_supervise(fs_argc, fs_argv, -1, sess.cfg.mountpoint)
+					   : daemonize_and_run(&sess, true);
 	if (sess.cfg.foreground)
 		return run_mount(&sess, -1);
 	return daemonize_and_run(&sess, false);

@@ -274,8 +274,7 @@ void fs_handles_free_all(struct fs_session *s)
 }
 
 /* The kernel learns of handle @h: it gets an id, and the state its record. */
-static int handle_publish(struct fs_session *s, struct fs_handle *h, uint64_t want,
-			  int backing_id)
+static int handle_publish(struct fs_session *s, struct fs_handle *h, uint64_t want, int backing_id)
 {
 	struct cache_attr a = {.size = cache_file_size(h->file), .mode = S_IFREG | 0444};
 	unsigned flags = (h->keep_cache ? FS_HO_KEEP : 0) | (h->direct_io ? FS_HO_DIRECT : 0) |

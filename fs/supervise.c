@@ -81,7 +81,8 @@ static pid_t start_child(struct sup *p)
 			place(state, 4);
 			next = 5;
 			setenv("LISTEN_FDS", "2", 1);
-			setenv("LISTEN_FDNAMES", FS_HANDOVER_FUSE_NAME ":" FS_HANDOVER_STATE_NAME, 1);
+			setenv("LISTEN_FDNAMES", FS_HANDOVER_FUSE_NAME ":" FS_HANDOVER_STATE_NAME,
+			       1);
 			snprintf(buf, sizeof(buf), "%d", (int)getpid());
 			setenv("LISTEN_PID", buf, 1);
 		}
@@ -118,8 +119,10 @@ static void take_fds(struct sup *p)
 	} u;
 	char tag[8];
 	struct iovec iov = {tag, sizeof(tag)};
-	struct msghdr m = {
-	    .msg_iov = &iov, .msg_iovlen = 1, .msg_control = u.buf, .msg_controllen = sizeof(u.buf)};
+	struct msghdr m = {.msg_iov = &iov,
+			   .msg_iovlen = 1,
+			   .msg_control = u.buf,
+			   .msg_controllen = sizeof(u.buf)};
 	struct cmsghdr *c;
 	int fds[2];
 
