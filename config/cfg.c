@@ -153,6 +153,9 @@ static const struct key keys[] = {
     {"read_ahead_kb", KEY_UINT, F(read_ahead_kb), 0, 1048576, NULL,
      "0 to 1048576 KiB; kernel readahead set on the mount (0 = kernel default)"},
     {"splice", KEY_BOOL, F(splice), 0, 0, NULL, "true or false; splice replies into /dev/fuse"},
+    {"supervise", KEY_BOOL, F(supervise), 0, 0, NULL,
+     "true or false; a supervisor process holds the mount's connection and starts a new daemon "
+     "when one dies or hands over (SIGUSR2): readers only pause"},
     {"keep_cache", KEY_BOOL, F(keep_cache), 0, 0, NULL,
      "true or false; keep page cache across opens of unchanged files"},
     {"max_threads", KEY_UINT, F(max_threads), 1, 1024, NULL, "1 to 1024; FUSE worker threads"},

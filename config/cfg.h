@@ -50,6 +50,7 @@ struct cfg {
 	/* Kernel / FUSE. */
 	unsigned read_ahead_kb; /* written to the mount's bdi after mounting; 0 = leave */
 	bool splice;		/* splice replies into /dev/fuse */
+	bool supervise;		/* a supervisor holds the mount across restarts (fs/handover.h) */
 	bool keep_cache;	/* FOPEN_KEEP_CACHE for files unchanged since last open */
 	unsigned max_threads;	/* FUSE worker threads */
 	uint64_t max_request;	/* bytes, largest FUSE request to ask for; 0 = block_size */

@@ -46,7 +46,7 @@ urls=${MCFS_LIBFUSE_URLS:-https://github.com/libfuse/libfuse/releases/download/f
 http://deb.debian.org/debian/pool/main/f/fuse3/fuse3_$version.orig.tar.gz
 https://snapshot.debian.org/file/$sha1}
 # Bump when the build below changes, so that an existing prefix is rebuilt.
-recipe=2
+recipe=3
 stamp=$prefix/share/mcfs-libfuse.stamp
 want_stamp="fuse3 $version sha256 $sha256
 recipe $recipe"
@@ -125,9 +125,15 @@ tar -xzf "$tarball" -C "$work/src" --strip-components=1
 eval "$(DEB_BUILD_MAINT_OPTIONS=hardening=+all dpkg-buildflags --export=sh)"
 uring_opt=() # 3.18 has FUSE over io_uring (with liburing and libnuma found), 3.17 not
 grep -q "'enable-io-uring'" "$work/src/meson_options.txt" && uring_opt=(-Denable-io-uring=true)
+# fuse_session_custom_io(): mcfs wraps /dev/fuse's own reads and writes with
+# it, to record the connection's INIT and replay it to a daemon that resumes
+# the connection (fs/handover.h). Off by default since 3.18.3 because a peer
+# other than the kernel could forge requests; mcfs's peer is the kernel.
+custom_opt=()
+grep -q "'enable-custom-io'" "$work/src/meson_options.txt" && custom_opt=(-Denable-custom-io=true)
 meson setup "$work/build" "$work/src" --prefix="$prefix" --libdir=lib --buildtype=plain \
 	-Ddefault_library=shared -Dutils=false -Dexamples=false -Dtests=false \
-	"${uring_opt[@]}" >"$work/meson.log" 2>&1 || {
+	"${uring_opt[@]}" "${custom_opt[@]}" >"$work/meson.log" 2>&1 || {
 	cat "$work/meson.log" >&2
 	exit 1
 }

@@ -14,7 +14,7 @@ what=${1:-build}
 # scdoc: the man page (docs/mcfs.8.scd), built with mcfs.
 build_pkgs=(build-essential cmake pkg-config fuse3 libfuse3-dev libcurl4-openssl-dev
 	liburing-dev liblmdb-dev libinih-dev libxxhash-dev libcjson-dev libexpat1-dev libssl-dev
-	libmicrohttpd-dev python3 python3-pip dpkg-dev scdoc)
+	libmicrohttpd-dev libsystemd-dev python3 python3-pip dpkg-dev scdoc)
 # What build-libfuse.sh needs: curl to fetch the pinned libfuse tarball,
 # meson and ninja to build it, libnuma-dev for its io_uring code (and for the
 # Requires.private of its fuse3.pc when mcfs is built against it).

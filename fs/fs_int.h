@@ -19,6 +19,7 @@
 #include "counters.h"
 #include "cfg.h"
 #include "fuse_conn.h"
+#include "handover.h"
 #include "push.h"
 
 struct gpu;
@@ -28,6 +29,25 @@ struct fs_inodes;
 #define FS_SESSION_COUNTER_CACHE(field)
 #define FS_SESSION_COUNTER_DISK(field)
 #define FS_SESSION_COUNTER_FS(field) _Atomic uint64_t field;
+
+/*
+ * Open files' and directories' handles by id: fi->fh is an id, not a
+ * pointer, so that a new daemon resuming the connection (handover.h) can
+ * give the kernel's handles their meaning back. Lookups take no lock: a
+ * chunk, once made, stays until exit, and an entry is set (release) before
+ * the reply that gives its id to the kernel. Ids are reused after release.
+ */
+#define FS_HTAB_CHUNK 1024u
+#define FS_HTAB_CHUNKS 4096u /* 4 Mi handles open at once */
+struct fs_hslot {
+	_Atomic(uintptr_t) p; /* a struct fs_handle *, or a struct fs_listing * | 1 */
+};
+struct fs_htab {
+	_Atomic(struct fs_hslot *) chunks[FS_HTAB_CHUNKS];
+	uint64_t next;	/* ids from 1; under handles_lock */
+	uint64_t *free; /* released ids, reused first */
+	size_t nfree, cap;
+};
 
 struct fs_session {
 	struct cfg cfg;		  /* validated once in main(); read-only afterwards */
@@ -41,7 +61,9 @@ struct fs_session {
 	pthread_mutex_t handles_lock; /* guards handles */
 	struct fs_handle *handles;    /* open files, so that teardown frees what the
 					 kernel never released (unmounted with files open) */
+	struct fs_htab htab;	      /* fi->fh -> handle; ids under handles_lock */
 	struct fs_pusher push;	      /* cold files pushed into the page cache (push.c) */
+	struct fs_handover ho;	      /* what a new daemon resumes from (handover.c) */
 	/* fs/'s counters, one relaxed atomic per FS row of CACHE_COUNTERS
 	 * (cache/counters.h: gpu_loads...). */
 	CACHE_COUNTERS(FS_SESSION_COUNTER)
@@ -49,6 +71,7 @@ struct fs_session {
 
 /* One open file: what fi->fh points to. Created by open, freed by release. */
 struct fs_handle {
+	uint64_t id; /* fi->fh: its id in the session's handle table */
 	fuse_ino_t ino;
 	struct cache_file *file;       /* reference held for the handle's life */
 	struct cache_stream *stream;   /* readahead state of this open */
@@ -81,13 +104,18 @@ static inline void fs_order_before(atomic_uint *order)
 	atomic_fetch_add_explicit(order, 1, memory_order_release);
 }
 
-/* The handle of an open file's request, paired with fs_handle_done() (but
- * in release, which frees it). */
-static inline struct fs_handle *fs_handle_of(const struct fuse_file_info *fi)
-{
-	struct fs_handle *h = (struct fs_handle *)(uintptr_t)fi->fh;
+/* The handle of id @fh, or NULL: none (a release came, or a handle the
+ * last daemon could not resume), or a directory's. */
+struct fs_handle *fs_handle_by_id(struct fs_session *s, uint64_t fh);
 
-	fs_order_after(&h->order);
+/* The handle of an open file's request, or NULL (fs_handle_by_id), paired
+ * with fs_handle_done() (but in release, which frees it). */
+static inline struct fs_handle *fs_handle_of(struct fs_session *s, const struct fuse_file_info *fi)
+{
+	struct fs_handle *h = fs_handle_by_id(s, fi->fh);
+
+	if (h)
+		fs_order_after(&h->order);
 	return h;
 }
 
@@ -99,6 +127,15 @@ static inline void fs_handle_done(struct fs_handle *h)
 
 /* Frees the handles the kernel never released, at teardown (fs/ops.c). */
 void fs_handles_free_all(struct fs_session *s);
+
+/*
+ * Resume (handover.c): open file handle @fh of inode @ino, of version @a, as
+ * the last daemon opened it (@flags FS_HO_*, @backing_id for passthrough);
+ * open directory handle @fh of @ino. 0 or -errno.
+ */
+MCFS_MUST_CHECK int fs_handle_resume(struct fs_session *s, uint64_t fh, uint64_t ino,
+				     unsigned flags, int backing_id, const struct cache_attr *a);
+MCFS_MUST_CHECK int fs_dir_resume(struct fs_session *s, uint64_t fh, uint64_t ino);
 
 static inline struct fs_session *fs_sess(fuse_req_t req)
 {

@@ -48,6 +48,28 @@ struct fs_listing {
 };
 
 MCFS_MUST_CHECK int fs_inodes_new(struct fs_session *s, struct fs_inodes **out);
+
+/* Lookups of a node the last daemon gave the kernel (handover.h): the kernel's
+ * own count died with it, so the node is held until unmount. */
+#define FS_NLOOKUP_RESUMED (1ull << 40)
+
+/*
+ * Resume (handover.c): the node of inode @ino, path @path, as the last
+ * daemon left it; a retired one keeps @a (its opens' version) for good.
+ * Returns 0 (an inode already there is left as it is) or -ENOMEM.
+ */
+MCFS_MUST_CHECK int fs_inode_restore(struct fs_session *s, uint64_t ino, const char *path,
+				     bool retired, const struct cache_attr *a);
+
+/*
+ * Resume: an open of @ino's version @a, as the last daemon made it (@flags
+ * FS_HO_*): the node counts it as open_file() did, and a passthrough open
+ * pins its backing file again (the kernel reads it). A new reference to the
+ * version's identity in *f. 0 or -errno.
+ */
+MCFS_MUST_CHECK int fs_inode_resume_open(struct fs_session *s, uint64_t ino, unsigned flags,
+					 int backing_id, const struct cache_attr *a,
+					 struct cache_file **f);
 void fs_inodes_free(struct fs_inodes *t);
 
 /*

@@ -312,3 +312,46 @@ int fs_inode_file(struct fs_session *s, fuse_ino_t ino, struct cache_file **f)
 {
 	return open_file(s, ino, f, NULL);
 }
+
+int fs_inode_resume_open(struct fs_session *s, uint64_t ino, unsigned flags, int backing_id,
+			 const struct cache_attr *a, struct cache_file **f)
+{
+	struct fs_node *n;
+	char path[4096];
+	int rc, fd;
+
+	pthread_mutex_lock(&s->inodes->lock);
+	n = fs_node_by_ino(s->inodes, ino);
+	if (!n) {
+		pthread_mutex_unlock(&s->inodes->lock);
+		return -ENOENT;
+	}
+	snprintf(path, sizeof(path), "%s", n->path);
+	if (flags & FS_HO_PT) {
+		n->pt_opens++;
+		n->backing_id = backing_id;
+		snprintf(n->pt_version, sizeof(n->pt_version), "%s", a->version);
+	} else {
+		if (n->pc_opens == 0)
+			n->pc_keep = (flags & FS_HO_KEEP) != 0;
+		n->pc_opens++;
+		snprintf(n->open_version, sizeof(n->open_version), "%s", a->version);
+		n->open_size = a->size;
+	}
+	fs_node_settle(s, n);
+	pthread_mutex_unlock(&s->inodes->lock);
+	rc = cache_file_get(s->cache, path, a, f);
+	if (rc < 0 || !(flags & FS_HO_PT))
+		return rc;
+	/* The kernel reads the backing file of this open itself: it must keep
+	 * every block (the node's pin, put at the last close). */
+	rc = cache_backing_get(s->cache, *f, &fd);
+	if (rc == 0) {
+		close(fd);
+		return 0;
+	}
+	MCFS_WARN("%s: the backing file of a resumed passthrough open could not be pinned (%s): "
+		  "the disk tier may evict it",
+		  path, strerror(-rc));
+	return 0;
+}

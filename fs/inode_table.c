@@ -153,7 +153,65 @@ int fs_node_assign_ino(struct fs_inodes *t, struct fs_node *n)
 	n->inext = t->ibuckets[i];
 	t->ibuckets[i] = n;
 	t->icount++;
+	if (n->ino != FUSE_ROOT_ID) /* before any reply names it */
+		fs_handover_node(t->sess, n->ino, n->path);
 	return 0;
+}
+
+int fs_inode_restore(struct fs_session *s, uint64_t ino, const char *path, bool retired,
+		     const struct cache_attr *a)
+{
+	struct fs_inodes *t = s->inodes;
+	struct fs_node *n = NULL;
+	size_t i;
+	int rc = -ENOMEM;
+
+	pthread_mutex_lock(&t->lock);
+	if (fs_node_by_ino(t, ino)) {
+		rc = -EEXIST;
+		goto out;
+	}
+	if (t->icount >= t->nibuckets && grow_inos(t) < 0)
+		goto out;
+	if (retired) {
+		/* In no path chain: the path names a newer node. */
+		n = calloc(1, sizeof(*n));
+		if (!n || !(n->path = strdup(path))) {
+			free(n);
+			goto out;
+		}
+		n->retired = true;
+		n->exists = true;
+		n->attr = *a;
+		n->attr_expires = UINT64_MAX;
+		atomic_fetch_add_explicit(&s->inodes_live, 1, memory_order_relaxed);
+		atomic_fetch_add_explicit(&s->inodes_retired, 1, memory_order_relaxed);
+	} else {
+		n = fs_node_get(s, path);
+		if (!n)
+			goto out;
+		if (n->ino) {
+			rc = -EEXIST;
+			goto out;
+		}
+	}
+	n->ino = ino;
+	i = ino_bucket(t, ino);
+	n->inext = t->ibuckets[i];
+	t->ibuckets[i] = n;
+	t->icount++;
+	if (ino >= t->next_ino)
+		t->next_ino = ino + 1;
+	/* The kernel's count of lookups died with the last daemon: held until unmount. */
+	n->nlookup = FS_NLOOKUP_RESUMED;
+	fs_node_settle(s, n);
+	rc = 0;
+out:
+	pthread_mutex_unlock(&t->lock);
+	if (rc < 0)
+		MCFS_WARN("inode %llu (%s) could not be resumed: %s", (unsigned long long)ino, path,
+			  strerror(-rc));
+	return rc == -EEXIST ? 0 : rc;
 }
 
 static void unhash_path(struct fs_inodes *t, struct fs_node *n)
@@ -220,6 +278,7 @@ static void node_free(struct fs_inodes *t, struct fs_node *n)
 			pp = &(*pp)->inext;
 		*pp = n->inext;
 		t->icount--;
+		fs_handover_node_free(s, n->ino);
 	}
 	if (n->idle)
 		idle_del(t, n);
@@ -252,6 +311,7 @@ void fs_node_retire(struct fs_session *s, struct fs_node *n)
 	MCFS_ASSERT_HELD(&s->inodes->lock);
 	unhash_path(s->inodes, n);
 	n->retired = true;
+	fs_handover_retire(s, n->ino, &n->attr);
 	atomic_fetch_add_explicit(&s->inode_renumbers, 1, memory_order_relaxed);
 	atomic_fetch_add_explicit(&s->inodes_retired, 1, memory_order_relaxed);
 	MCFS_INFO("%s changed in the store while open%s: its %u open(s) keep inode %lu and the "

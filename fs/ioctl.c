@@ -293,12 +293,15 @@ void fs_ioctl(fuse_req_t req, fuse_ino_t ino, unsigned int cmd, void *arg,
 	}
 	memcpy(&buf->u, in_buf, want);
 	if (cmd == (unsigned)MCFS_IOC_LOAD || cmd == (unsigned)MCFS_IOC_PREFETCH) {
-		h = fs_handle_of(fi); /* a file's: a directory's fh is a listing */
-		if (cmd == (unsigned)MCFS_IOC_LOAD)
+		h = fs_handle_of(s, fi); /* NULL for a directory's */
+		if (!h)
+			rc = -EBADF;
+		else if (cmd == (unsigned)MCFS_IOC_LOAD)
 			rc = do_load(req, h, &buf->u.load, buf->ranges);
 		else
 			rc = do_prefetch(s, h, &buf->u.prefetch);
-		fs_handle_done(h);
+		if (h)
+			fs_handle_done(h);
 	} else if (cmd == (unsigned)MCFS_IOC_BIND) {
 		rc = do_bind(req, s, &buf->u.bind);
 	} else {

@@ -247,6 +247,8 @@ static int fuse_args_for(const struct cfg *cfg, struct fuse_args *args)
 
 static void teardown(struct fs_session *s)
 {
+	/* The state stays as the kernel sees it: a next daemon resumes from it. */
+	fs_handover_free(s);
 	fs_push_stop(s); /* they notify the session */
 	gpu_free(s->gpu);
 	if (s->se)
@@ -283,10 +285,34 @@ static int setup(struct fs_session *s)
 		return rc;
 	}
 	s->se = fuse_session_new(&args, &fs_ops, sizeof(fs_ops), s);
+	if (s->se && s->ho.resume) {
+		rc = fs_handover_resume(s, s->se);
+		if (rc < 0) {
+			/* Start over on a mount of our own: the held one cannot be served. */
+			MCFS_ERR(
+			    "cannot resume the mount on %s: unmounting it (lazily: its readers "
+			    "get ENOTCONN) and mounting afresh",
+			    s->cfg.mountpoint);
+			fuse_session_destroy(s->se);
+			fs_handles_free_all(s);
+			fs_inodes_free(s->inodes);
+			s->inodes = NULL;
+			s->ho.resume = false;
+			if (umount2(s->cfg.mountpoint, MNT_DETACH) < 0)
+				MCFS_WARN("lazy unmount of %s: %s", s->cfg.mountpoint,
+					  strerror(errno));
+			rc = fs_inodes_new(s, &s->inodes);
+			s->se = rc < 0 ? NULL : fuse_session_new(&args, &fs_ops, sizeof(fs_ops), s);
+		}
+	}
 	fuse_opt_free_args(&args);
 	if (!s->se) {
 		MCFS_ERR("cannot create the FUSE session (see the message above)");
 		return -EINVAL;
+	}
+	if (s->ho.resume) {
+		s->started_ns = mcfs_now_ns();
+		return fs_push_start(s);
 	}
 	if (fuse_session_mount(s->se, s->cfg.mountpoint) != 0) {
 		MCFS_ERR("cannot mount on %s (is /dev/fuse there, and are we root or is "
@@ -294,6 +320,9 @@ static int setup(struct fs_session *s)
 			 s->cfg.mountpoint);
 		return -EIO;
 	}
+	rc = fs_handover_fresh(s, s->se);
+	if (rc < 0)
+		return rc;
 	s->started_ns = mcfs_now_ns();
 	return fs_push_start(s);
 }
@@ -330,6 +359,7 @@ static void stop_signal_set(sigset_t *set)
 	sigaddset(set, SIGINT);
 	sigaddset(set, SIGHUP);
 	sigaddset(set, SIGQUIT);
+	sigaddset(set, SIGUSR2);
 }
 
 /* Ends the loop: from the stop thread, or from the ready thread when the mount does not answer. */
@@ -364,10 +394,14 @@ static void refresh_all(struct stopper *st)
 		  fs_inode_refresh(st->s, ""));
 }
 
+/* A hand-over waits this many kicks (50 ms) for the requests in flight. */
+#define HANDOVER_DRAIN_KICKS 40
+
 static void *stop_thread(void *arg)
 {
 	const struct timespec kick_every = {.tv_nsec = 50 * 1000 * 1000};
 	struct stopper *st = arg;
+	unsigned handover_kicks = 0;
 	sigset_t set;
 	siginfo_t si;
 
@@ -379,6 +413,14 @@ static void *stop_thread(void *arg)
 
 			if (sig == SIGHUP) {
 				refresh_all(st);
+			} else if (sig == SIGUSR2 && !st->s->ho.held) {
+				MCFS_WARN("SIGUSR2: nothing holds this mount's connection "
+					  "(supervise=false, no systemd descriptor store): "
+					  "not handing over");
+			} else if (sig == SIGUSR2) {
+				MCFS_INFO("SIGUSR2: handing the mount over to a new daemon");
+				atomic_store(&st->s->ho.upgrade, true);
+				stop_request(st);
 			} else if (sig > 0) {
 				MCFS_INFO("%s: unmounting", strsignal(sig));
 				stop_request(st);
@@ -390,6 +432,15 @@ static void *stop_thread(void *arg)
 			pthread_kill(st->main, SIGUSR1);
 		pthread_mutex_unlock(&st->lock);
 		nanosleep(&kick_every, NULL);
+		if (atomic_load(&st->s->ho.upgrade) && ++handover_kicks > HANDOVER_DRAIN_KICKS &&
+		    !atomic_load(&st->done)) {
+			/* A request still waits (a slow store): the kernel gives it to
+			 * the next daemon again (FUSE_NOTIFY_RESEND), as after a crash,
+			 * whose every step the disk tier and the state are safe for. */
+			MCFS_INFO("requests still in flight after %d ms: handing over with them",
+				  HANDOVER_DRAIN_KICKS * 50);
+			_exit(FS_HANDOVER_EXIT);
+		}
 	}
 	return NULL;
 }
@@ -432,13 +483,24 @@ static int serve(struct fs_session *s)
 
 	if (!lc)
 		return -ENOMEM;
-	/* One /dev/fuse descriptor per worker: no contention on one queue. */
-	fuse_loop_cfg_set_clone_fd(lc, 1);
+	/* One /dev/fuse descriptor per worker: no contention on one queue. But
+	 * the kernel ends the requests a worker's clone had read when the clone
+	 * closes, even with the connection held: a mount kept across restarts
+	 * reads them all on the held descriptor, whose requests it resends. */
+	fuse_loop_cfg_set_clone_fd(lc, s->ho.state_fd >= 0 ? 0 : 1);
 	fuse_loop_cfg_set_max_threads(lc, s->cfg.max_threads);
 	fuse_loop_cfg_set_idle_threads(lc, s->cfg.max_threads);
 	rc = fuse_session_loop_mt(s->se, lc);
 	fuse_loop_cfg_destroy(lc);
-	fuse_session_unmount(s->se);
+	if (atomic_load(&s->ho.upgrade))
+		return rc < 0 ? rc : 0; /* the holder keeps the mount for the next daemon */
+	if (s->ho.resume) {
+		/* Mounted by an earlier daemon: libfuse does not know the mount point. */
+		if (umount2(s->cfg.mountpoint, MNT_DETACH) < 0 && errno != EINVAL)
+			MCFS_WARN("unmount %s: %s", s->cfg.mountpoint, strerror(errno));
+	} else {
+		fuse_session_unmount(s->se);
+	}
 	return rc < 0 ? rc : 0;
 }
 
@@ -577,14 +639,24 @@ static int run_mount(struct fs_session *s, int ready_fd)
 	rc = serve(s);
 	stopper_stop(&st);
 	pthread_join(tid, NULL);
-	MCFS_INFO("unmounted %s", s->cfg.mountpoint);
+	if (atomic_load(&s->ho.upgrade))
+		MCFS_INFO("handed %s over: its holder starts the next daemon", s->cfg.mountpoint);
+	else
+		MCFS_INFO("unmounted %s", s->cfg.mountpoint);
 	fs_metrics_stop(metrics);
 	teardown(s);
+	if (atomic_load(&s->ho.upgrade))
+		return FS_HANDOVER_EXIT;
 	return rc < 0 ? 1 : 0;
 }
 
-/* Forks; the parent waits for the child's "ready" byte or its death. */
-static int daemonize_and_run(struct fs_session *s)
+/* The command line as given: the supervisor starts its daemons with it. */
+static int fs_argc;
+static char **fs_argv;
+
+/* Forks; the parent waits for the child's "ready" byte or its death. The
+ * child serves, or (@supervise) runs the supervisor, whose child serves. */
+static int daemonize_and_run(struct fs_session *s, bool supervise)
 {
 	int pfd[2], status;
 	pid_t pid;
@@ -602,9 +674,12 @@ static int daemonize_and_run(struct fs_session *s)
 	if (pid == 0) {
 		close(pfd[0]);
 		setsid();
-		if (chdir("/") < 0)
+		/* The supervisor keeps the directory: its daemons read relative paths of the
+		 * command line. */
+		if (!supervise && chdir("/") < 0)
 			MCFS_WARN("chdir /: %s", strerror(errno));
-		_exit(run_mount(s, pfd[1]));
+		_exit(supervise ? fs_supervise(fs_argc, fs_argv, pfd[1], s->cfg.mountpoint)
+				: run_mount(s, pfd[1]));
 	}
 	close(pfd[1]);
 	if (read(pfd[0], &c, 1) == 1)
@@ -619,7 +694,8 @@ static int cmd_mount(int argc, char **argv)
 {
 	static struct fs_session sess; /* the one session: lives until exit */
 	char abs[CFG_STR_MAX];
-	int rc;
+	bool supervised;
+	int rc, ready_fd = -1;
 
 	cfg_init(&sess.cfg);
 	pthread_mutex_init(&sess.handles_lock, NULL);
@@ -628,7 +704,48 @@ static int cmd_mount(int argc, char **argv)
 		return rc;
 	mcfs_log_setup(sess.cfg.log_level, false);
 	mcfs_log_style(strcmp(sess.cfg.log_format, "json") == 0, false);
+	supervised = getenv("MCFS_SUPERVISED") != NULL;
+	if (supervised) { /* the supervisor's child: in its foreground, told where "ready" goes */
+		const char *r = getenv("MCFS_READY_FD");
+
+		ready_fd = r ? atoi(r) : -1;
+		unsetenv("MCFS_SUPERVISED");
+		unsetenv("MCFS_READY_FD");
+		if (ready_fd >= 0)
+			(void)fcntl(ready_fd, F_SETFD, FD_CLOEXEC);
+	}
+	if (fs_handover_init(&sess) < 0)
+		return 1;
+	if (sess.ho.resume) {
+		/* The mount is up and nothing answers it yet: a stat of it would wait
+		 * for this daemon. The path is the one it was mounted on. */
+		if (sess.cfg.mountpoint[0] != '/') {
+			char cwd[CFG_STR_MAX / 2];
+
+			if (!getcwd(cwd, sizeof(cwd))) {
+				MCFS_ERR("resuming %s: getcwd: %s", sess.cfg.mountpoint,
+					 strerror(errno));
+				return 1;
+			}
+			snprintf(abs, sizeof(abs), "%s/%.*s", cwd, (int)(sizeof(abs) / 2 - 2),
+				 sess.cfg.mountpoint);
+			snprintf(sess.cfg.mountpoint, sizeof(sess.cfg.mountpoint), "%s", abs);
+		}
+		return supervised	     ? run_mount(&sess, ready_fd)
+		       : sess.cfg.foreground ? run_mount(&sess, -1)
+					     : daemonize_and_run(&sess, false);
+	}
 	rc = fs_mount_check_target(sess.cfg.mountpoint, abs, sizeof(abs));
+	if (rc == -ENOTCONN) {
+		/* A crashed daemon's mount with nothing holding it: its readers already
+		 * see ENOTCONN; detach it so that this one can serve the path. */
+		MCFS_WARN("%s is a dead mount of a daemon that is gone: unmounting it lazily",
+			  sess.cfg.mountpoint);
+		if (umount2(sess.cfg.mountpoint, MNT_DETACH) < 0 &&
+		    fs_umount(sess.cfg.mountpoint, true) < 0)
+			return 1;
+		rc = fs_mount_check_target(sess.cfg.mountpoint, abs, sizeof(abs));
+	}
 	if (rc < 0)
 		return 1;
 	snprintf(sess.cfg.mountpoint, sizeof(sess.cfg.mountpoint), "%s", abs);
@@ -643,9 +760,14 @@ static int cmd_mount(int argc, char **argv)
 		cfg_set_source(&sess.cfg, real);
 		free(real);
 	}
+	if (supervised)
+		return run_mount(&sess, ready_fd);
+	if (sess.cfg.supervise) /* handover.h: the daemon runs as its child */
+		return sess.cfg.foreground ? fs_supervise(fs_argc, fs_argv, -1, sess.cfg.mountpoint)
+					   : daemonize_and_run(&sess, true);
 	if (sess.cfg.foreground)
 		return run_mount(&sess, -1);
-	return daemonize_and_run(&sess);
+	return daemonize_and_run(&sess, false);
 }
 
 static int cmd_umount(int argc, char **argv)
@@ -717,6 +839,8 @@ int main(int argc, char **argv)
 	const char *cmd = argc > 1 ? argv[1] : "";
 	const struct command *known;
 
+	fs_argc = argc;
+	fs_argv = argv;
 	signal(SIGPIPE, SIG_IGN);
 	if (argc < 2) {
 		usage(stderr);

@@ -18,6 +18,7 @@
 #include <string.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
+#include <sys/vfs.h>
 #include <sys/wait.h>
 #include <sys/xattr.h>
 #include <time.h>
@@ -96,6 +97,36 @@ static int absolute(const char *path, char *out, size_t len)
 	return 0;
 }
 
+/*
+ * True if the FUSE mount at @abs answers ENOTCONN (its daemon died and
+ * nothing holds its connection). Asked from a child (a statfs always reaches
+ * the daemon; the kernel caches a stat): a mount that is alive but does not
+ * answer (held, its next daemon not up yet) leaves the child waiting, and
+ * after 2 s counts as alive. The child makes system calls only.
+ */
+static bool fuse_dead(const char *abs)
+{
+	struct timespec ms = {0, 10 * 1000 * 1000};
+	struct statfs sf;
+	int status, i;
+	pid_t pid = fork();
+
+	if (pid < 0)
+		return false;
+	if (pid == 0) {
+		(void)close_range(3, ~0u, 0);
+		_exit(statfs(abs, &sf) < 0 && errno == ENOTCONN ? 1 : 0);
+	}
+	for (i = 0; i < 200; i++) {
+		if (waitpid(pid, &status, WNOHANG) == pid)
+			return WIFEXITED(status) && WEXITSTATUS(status) == 1;
+		nanosleep(&ms, NULL);
+	}
+	kill(pid, SIGKILL);
+	waitpid(pid, &status, 0);
+	return false;
+}
+
 int fs_mount_check_target(const char *path, char *abs, size_t len)
 {
 	char plain[4096], fstype[64];
@@ -109,11 +140,7 @@ int fs_mount_check_target(const char *path, char *abs, size_t len)
 	}
 	if (stat(plain, &st) < 0) {
 		rc = -errno;
-		if (rc == -ENOTCONN)
-			MCFS_ERR("mount point %s is a dead FUSE mount (its daemon is gone): run "
-				 "`mcfs umount %s` first",
-				 path, path);
-		else
+		if (rc != -ENOTCONN) /* a dead FUSE mount: the caller says what it does */
 			MCFS_ERR("mount point %s: %s", path, strerror(-rc));
 		return rc;
 	}
@@ -128,6 +155,8 @@ int fs_mount_check_target(const char *path, char *abs, size_t len)
 	}
 	(void)len;
 	if (fs_mount_find(abs, NULL, 0, fstype, sizeof(fstype)) == 1) {
+		if (strncmp(fstype, "fuse", 4) == 0 && fuse_dead(abs))
+			return -ENOTCONN; /* the caller says what it does */
 		MCFS_ERR("%s is already mounted (%s): unmount it first (`mcfs umount %s`) or pick "
 			 "another mount point",
 			 abs, fstype, abs);

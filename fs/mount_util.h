@@ -16,7 +16,8 @@
 /*
  * Checks that @path is a directory we can mount on: it exists, it is not a
  * mount point already, and it is not a dead FUSE mount. Writes its absolute
- * path into abs. Returns 0 or a negative errno after printing why.
+ * path into abs. Returns 0, -ENOTCONN for a dead FUSE mount (not printed:
+ * the caller recovers it), or a negative errno after printing why.
  */
 MCFS_MUST_CHECK int fs_mount_check_target(const char *path, char *abs, size_t len);
 

@@ -133,6 +133,107 @@ static void fs_readlink(fuse_req_t req, fuse_ino_t ino)
 		fuse_reply_readlink(req, target);
 }
 
+/* ---- the handle table (fs_int.h) ---------------------------------------- */
+
+static struct fs_hslot *hslot(struct fs_session *s, uint64_t id, bool make)
+{
+	struct fs_htab *t = &s->htab;
+	struct fs_hslot *c;
+	uint64_t i = id / FS_HTAB_CHUNK;
+
+	if (id == 0 || i >= FS_HTAB_CHUNKS)
+		return NULL;
+	c = atomic_load_explicit(&t->chunks[i], memory_order_acquire);
+	if (!c && make) { /* handles_lock held */
+		c = calloc(FS_HTAB_CHUNK, sizeof(*c));
+		if (c)
+			atomic_store_explicit(&t->chunks[i], c, memory_order_release);
+	}
+	return c ? &c[id % FS_HTAB_CHUNK] : NULL;
+}
+
+/* Sets id @want (resume), or a free one (@want 0), to @p; returns the id, 0 on ENOMEM. */
+static uint64_t htab_add(struct fs_session *s, uintptr_t p, uint64_t want)
+{
+	struct fs_htab *t = &s->htab;
+	struct fs_hslot *e;
+	uint64_t id;
+
+	pthread_mutex_lock(&s->handles_lock);
+	if (want)
+		id = want;
+	else if (t->nfree)
+		id = t->free[--t->nfree];
+	else
+		id = t->next ? t->next : 1;
+	e = hslot(s, id, true);
+	if (e) {
+		atomic_store_explicit(&e->p, p, memory_order_release);
+		if (id >= t->next)
+			t->next = id + 1;
+	} else {
+		if (!want && id < t->next) /* a free id: keep it */
+			t->nfree++;
+		id = 0;
+	}
+	pthread_mutex_unlock(&s->handles_lock);
+	return id;
+}
+
+static void htab_del(struct fs_session *s, uint64_t id)
+{
+	struct fs_htab *t = &s->htab;
+	struct fs_hslot *e;
+	uint64_t *nf;
+
+	pthread_mutex_lock(&s->handles_lock);
+	e = hslot(s, id, false);
+	if (e && atomic_load_explicit(&e->p, memory_order_relaxed)) {
+		atomic_store_explicit(&e->p, 0, memory_order_relaxed);
+		if (t->nfree == t->cap) {
+			nf = realloc(t->free, (t->cap ? t->cap * 2 : 64) * sizeof(*nf));
+			if (nf) {
+				t->free = nf;
+				t->cap = t->cap ? t->cap * 2 : 64;
+			}
+		}
+		if (t->nfree < t->cap) /* else the id is not reused: no harm */
+			t->free[t->nfree++] = id;
+	}
+	pthread_mutex_unlock(&s->handles_lock);
+}
+
+static uintptr_t htab_get(struct fs_session *s, uint64_t id)
+{
+	struct fs_hslot *e = hslot(s, id, false);
+
+	return e ? atomic_load_explicit(&e->p, memory_order_acquire) : 0;
+}
+
+struct fs_handle *fs_handle_by_id(struct fs_session *s, uint64_t fh)
+{
+	uintptr_t p = htab_get(s, fh);
+
+	return (p & 1) ? NULL : (struct fs_handle *)p;
+}
+
+static struct fs_listing *listing_by_id(struct fs_session *s, uint64_t fh)
+{
+	uintptr_t p = htab_get(s, fh);
+
+	return (p & 1) ? (struct fs_listing *)(p & ~(uintptr_t)1) : NULL;
+}
+
+static void htab_free(struct fs_session *s)
+{
+	unsigned i;
+
+	for (i = 0; i < FS_HTAB_CHUNKS; i++)
+		free(atomic_load(&s->htab.chunks[i]));
+	free(s->htab.free);
+	memset(&s->htab, 0, sizeof(s->htab));
+}
+
 static void handle_link(struct fs_session *s, struct fs_handle *h)
 {
 	pthread_mutex_lock(&s->handles_lock);
@@ -150,6 +251,11 @@ static void handle_free(struct fs_session *s, fuse_req_t req, struct fs_handle *
 {
 	struct fs_open_mode mode = {h->keep_cache, h->direct_io, h->passthrough, 0};
 
+	if (h->id) {
+		if (req) /* a release: not the teardown, which the next daemon may resume from */
+			fs_handover_release(s, h->id, false);
+		htab_del(s, h->id);
+	}
 	pthread_mutex_lock(&s->handles_lock);
 	if (h->prev)
 		h->prev->next = h->next;
@@ -169,6 +275,24 @@ void fs_handles_free_all(struct fs_session *s)
 {
 	while (s->handles)
 		handle_free(s, NULL, s->handles);
+	htab_free(s);
+}
+
+/* The kernel learns of handle @h: it gets an id, and the state its record. */
+static int handle_publish(struct fs_session *s, struct fs_handle *h, uint64_t want, int backing_id)
+{
+	struct cache_attr a = {.size = cache_file_size(h->file), .mode = S_IFREG | 0444};
+	unsigned flags = (h->keep_cache ? FS_HO_KEEP : 0) | (h->direct_io ? FS_HO_DIRECT : 0) |
+			 (h->passthrough ? FS_HO_PT : 0);
+
+	h->id = htab_add(s, (uintptr_t)h, want);
+	if (!h->id)
+		return -ENOMEM;
+	if (!want) {
+		snprintf(a.version, sizeof(a.version), "%s", cache_file_version(h->file));
+		fs_handover_open(s, h->id, h->ino, flags, backing_id, &a);
+	}
+	return 0;
 }
 
 static void fs_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
@@ -208,15 +332,24 @@ static void fs_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 		else
 			fs_inode_cold_direct(s, &mode);
 	}
+	h->keep_cache = mode.keep_cache;
+	h->direct_io = mode.direct_io;
+	h->passthrough = mode.passthrough;
+	if (rc == 0) {
+		handle_link(s, h);
+		rc = handle_publish(s, h, 0, mode.passthrough ? mode.backing_id : 0);
+		if (rc < 0) {
+			handle_free(s, req, h);
+			fuse_reply_err(req, -rc);
+			return;
+		}
+	}
 	if (rc < 0) {
 		free(h);
 		fuse_reply_err(req, -rc);
 		return;
 	}
-	fi->fh = (uint64_t)(uintptr_t)h;
-	h->keep_cache = mode.keep_cache;
-	h->direct_io = mode.direct_io;
-	h->passthrough = mode.passthrough;
+	fi->fh = h->id;
 	fi->keep_cache = mode.keep_cache;
 	fi->direct_io = mode.direct_io;
 #ifdef MCFS_FUSE_PASSTHROUGH
@@ -225,18 +358,72 @@ static void fs_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	if (mode.passthrough)
 		atomic_fetch_add_explicit(&s->passthrough_opens, 1, memory_order_relaxed);
 	fi->noflush = 1;
-	handle_link(s, h);
 	fs_handle_done(h);
 	/* Interrupted: no release will come. The request is gone with the failed
 	 * reply, so a backing id registered for it stays until unmount. */
-	if (fuse_reply_open(req, fi) != 0)
+	if (fuse_reply_open(req, fi) != 0) {
+		fs_handover_release(s, h->id, false);
 		handle_free(s, NULL, h);
+	}
+}
+
+int fs_handle_resume(struct fs_session *s, uint64_t fh, uint64_t ino, unsigned flags,
+		     int backing_id, const struct cache_attr *a)
+{
+	struct fs_handle *h = calloc(1, sizeof(*h));
+	int rc;
+
+	if (!h)
+		return -ENOMEM;
+	h->ino = ino;
+	h->keep_cache = flags & FS_HO_KEEP;
+	h->direct_io = flags & FS_HO_DIRECT;
+	h->passthrough = flags & FS_HO_PT;
+	rc = fs_inode_resume_open(s, ino, flags, backing_id, a, &h->file);
+	if (rc < 0) {
+		free(h);
+		return rc;
+	}
+	rc = cache_stream_new(s->cache, h->file, &h->stream);
+	if (rc == 0) {
+		handle_link(s, h);
+		rc = handle_publish(s, h, fh, backing_id);
+		if (rc < 0)
+			handle_free(s, NULL, h);
+		return rc;
+	}
+	{
+		struct fs_open_mode mode = {h->keep_cache, h->direct_io, h->passthrough, 0};
+
+		fs_inode_close(s, NULL, ino, h->file, &mode);
+	}
+	cache_file_put(s->cache, h->file);
+	free(h);
+	return rc;
+}
+
+int fs_dir_resume(struct fs_session *s, uint64_t fh, uint64_t ino)
+{
+	struct fs_listing *l;
+	int rc = fs_inode_list(s, ino, &l);
+
+	if (rc < 0)
+		return rc;
+	if (!htab_add(s, (uintptr_t)l | 1, fh)) {
+		fs_listing_put(s, l);
+		return -ENOMEM;
+	}
+	return 0;
 }
 
 static void fs_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
+	struct fs_session *s = fs_sess(req);
+	struct fs_handle *h = fs_handle_of(s, fi);
+
 	(void)ino;
-	handle_free(fs_sess(req), req, fs_handle_of(fi));
+	if (h)
+		handle_free(s, req, h);
 	fuse_reply_err(req, 0);
 }
 
@@ -265,7 +452,11 @@ static void fs_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 		fuse_reply_buf(req, NULL, 0);
 		return;
 	}
-	h = fs_handle_of(fi);
+	h = fs_handle_of(fs_sess(req), fi);
+	if (!h) {
+		fuse_reply_err(req, EIO); /* a handle the last daemon's state lacked */
+		return;
+	}
 	rc = cache_read(h->stream, (uint64_t)off, size, &r);
 	if (rc == 0)
 		fs_push_read(fs_sess(req), h, (uint64_t)off, r.len);
@@ -295,19 +486,32 @@ static void fs_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
 		fuse_reply_err(req, -rc);
 		return;
 	}
-	fi->fh = (uint64_t)(uintptr_t)l;
-	fs_order_before(&l->order);
-	if (fuse_reply_open(req, fi) != 0)
+	fi->fh = htab_add(s, (uintptr_t)l | 1, 0);
+	if (!fi->fh) {
 		fs_listing_put(s, l);
+		fuse_reply_err(req, ENOMEM);
+		return;
+	}
+	fs_handover_opendir(s, fi->fh, ino);
+	fs_order_before(&l->order);
+	if (fuse_reply_open(req, fi) != 0) {
+		htab_del(s, fi->fh);
+		fs_listing_put(s, l);
+	}
 }
 
 static void fs_releasedir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
-	struct fs_listing *l = (struct fs_listing *)(uintptr_t)fi->fh;
+	struct fs_session *s = fs_sess(req);
+	struct fs_listing *l = listing_by_id(s, fi->fh);
 
 	(void)ino;
-	fs_order_after(&l->order);
-	fs_listing_put(fs_sess(req), l);
+	if (l) {
+		fs_order_after(&l->order);
+		fs_handover_release(s, fi->fh, true);
+		htab_del(s, fi->fh);
+		fs_listing_put(s, l);
+	}
 	fuse_reply_err(req, 0);
 }
 
@@ -352,12 +556,17 @@ static size_t add_entry(fuse_req_t req, char *p, size_t rem, const struct fs_lis
 static void do_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 		       struct fuse_file_info *fi, bool plus)
 {
-	struct fs_listing *l = (struct fs_listing *)(uintptr_t)fi->fh;
-	char *buf = malloc(size), *p;
+	struct fs_listing *l = listing_by_id(fs_sess(req), fi->fh);
+	char *buf, *p;
 	size_t rem = size, n;
 	off_t i;
 
+	if (!l) {
+		fuse_reply_err(req, EIO); /* a handle the last daemon's state lacked */
+		return;
+	}
 	fs_order_after(&l->order);
+	buf = malloc(size);
 	if (!buf) {
 		fuse_reply_err(req, ENOMEM);
 		return;

@@ -105,7 +105,7 @@ def wants_ram_only(opts, extra_args):
 
 @contextlib.contextmanager
 def mcfs_mount(source, mountpoint, opts=(), extra_args=(), env=None, timeout=20,
-               builtin_cache_dir=False):
+               builtin_cache_dir=False, binary=None):
     """Mounts `source` on `mountpoint` with mcfs in the foreground.
 
     Yields a Mount. Raises RuntimeError (with the daemon's log) if the mount
@@ -114,13 +114,14 @@ def mcfs_mount(source, mountpoint, opts=(), extra_args=(), env=None, timeout=20,
     The mount is RAM only (`cache_dir=`, added to opts) unless opts or the
     config file (`-c FILE`) set a cache_dir, or builtin_cache_dir is true:
     mcfs's default, /var/cache/mcfs, would keep every test's store.
+    `binary` runs another copy of mcfs than MCFS_BIN.
     """
     opts = list(opts)
     if not builtin_cache_dir and wants_ram_only(opts, extra_args):
         opts.append("cache_dir=")
     os.makedirs(mountpoint, exist_ok=True)
     logfd, logpath = tempfile.mkstemp(prefix="mcfs-log-", suffix=".txt")
-    cmd = [MCFS, "mount", source, mountpoint, "-f"]
+    cmd = [binary or MCFS, "mount", source, mountpoint, "-f"]
     if opts:
         cmd += ["-o", ",".join(opts)]
     cmd += list(extra_args)

@@ -15,6 +15,7 @@ connection. Faults are armed by the test and hit the next requests:
                        # the client gives up on it or the proxy stops
     p.gate.clear()     # hold every request that arrives from now on ...
     p.gate.set()       # ... until this (stop() sets it too)
+    p.gate_match = r"^GET /m"  # ... only those whose request line matches (None: all)
     p.answer_delay = 2.5  # answers to PUTs of at least p.delay_min body bytes wait this
                           # long before they go back (a service slow to store an object)
     p.rate = 262144       # answer bodies go back at this many bytes a second, in steady
@@ -103,6 +104,7 @@ class FaultProxy:
                        "delayed": 0, "paced": 0, "refused": 0, "answered": 0}
         self.gate = threading.Event()
         self.gate.set()
+        self.gate_match = None
         self.held_lines = []
         self.stopping = False
         self.thread = None
@@ -164,7 +166,9 @@ class FaultProxy:
                     self.counts["requests"] += 1
                     if len(self.request_lines) < 1000:
                         self.request_lines.append(head.split(b"\r\n", 1)[0].decode("latin-1"))
-                if not self.gate.is_set():
+                line = head.split(b"\r\n", 1)[0].decode("latin-1")
+                if not self.gate.is_set() and (self.gate_match is None or
+                                               re.search(self.gate_match, line)):
                     with self.lock:
                         self.counts["held"] += 1
                         self.held_lines.append(head.split(b"\r\n", 1)[0].decode("latin-1"))

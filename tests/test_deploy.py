@@ -75,9 +75,13 @@ def test_unit_contract():
     start = svc["ExecStart"][0]
     assert start.startswith(INSTALLED_BIN + " mount ") and "-c /etc/mcfs/mcfs.conf" in start
     assert " -f" not in start                   # forking: the daemon daemonises itself
-    assert svc["ExecStop"][0].startswith(INSTALLED_BIN + " umount ")
-    # a restart first clears the dead mount of a crashed daemon, ignoring failure
-    assert any(p.startswith("-" + INSTALLED_BIN + " umount ") for p in svc["ExecStartPre"])
+    # a stop is SIGTERM, which unmounts lazily and exits 0 (a `mcfs umount`
+    # would fail with files open, and the unit with it)
+    assert "ExecStop" not in svc
+    # a restart resumes the held mount: nothing unmounts it first
+    assert not any(" umount " in p for p in svc["ExecStartPre"])
+    # the mount's descriptors kept across restarts, stored by the daemonised process
+    assert svc["FileDescriptorStoreMax"] == ["2"] and svc["NotifyAccess"] == ["all"]
     # a private mount namespace would hide the mount from the host
     for key in ("PrivateTmp", "ProtectSystem", "ProtectHome", "PrivateDevices",
                 "ReadOnlyPaths", "ReadWritePaths", "InaccessiblePaths", "TemporaryFileSystem",
@@ -171,6 +175,8 @@ def test_daemonset_contract():
     assert c["lifecycle"]["preStop"]["exec"]["command"][-2:] == ["umount", "/mnt/models"]
     script = " ".join(c.get("command", []) + c.get("args", []))
     assert "mcfs mount" in script and " -f " in script and "/etc/mcfs/mcfs.conf" in script
+    # the supervisor holds the mount: a crashed daemon is replaced, readers pause
+    assert "supervise=true" in script
     # the ConfigMap the pod mounts exists and is a config mcfs accepts (checked below)
     cms = [d for d in docs if d["kind"] == "ConfigMap" and d["metadata"]["name"] == cm_name]
     assert len(cms) == 1 and "mcfs.conf" in cms[0]["data"]
