@@ -281,7 +281,10 @@ enum cache_counter_type {
 	  "or a reader waited for one (tried again later).")                                       \
 	X(CACHE, gpu_window_waits, "gpu_window_waits", COUNTER, "gpu_window_waits_total", NULL,    \
 	  "GPU loads that waited their turn for a window of RAM-tier slots (GPU loads hold a "     \
-	  "quarter of the slots at most).")
+	  "quarter of the slots at most).")                                                        \
+	X(DISK, indexed, "disk_indexed", COUNTER, "disk_indexed_total", NULL,                      \
+	  "Blocks written behind whose index entries are committed: a restart, or a crash, "       \
+	  "finds them (disk_writes counts them before that commit).")
 /* clang-format on */
 
 /* Why there is no disk tier (disk_off_reason); cache_disk_off_text() words it. */

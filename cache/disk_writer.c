@@ -235,7 +235,7 @@ static void publish(struct cache_disk *d, struct batch *b)
 {
 	struct cache_meta_key *keys;
 	struct cache_meta_block *vals;
-	size_t j, n = 0, cap;
+	size_t j, n = 0, cap, fresh = 0;
 	char why[256];
 	uint32_t i;
 	int rc;
@@ -265,6 +265,7 @@ static void publish(struct cache_disk *d, struct batch *b)
 		d->st.bytes_used += b->jobs[j].len;
 		d->st.writes++;
 		d->st.written_bytes += b->jobs[j].len;
+		fresh++;
 	}
 	for (i = 0; keys && vals && d->ndirty && i < d->nslots; i++) {
 		struct dslot *s = &d->slots[i];
@@ -288,6 +289,11 @@ static void publish(struct cache_disk *d, struct batch *b)
 	else if (rc < 0)
 		MCFS_ERR("disk tier: recording %zu blocks in the index: %s", n,
 			 cache_meta_strerror(d->meta, rc, why, sizeof(why)));
+	if (rc >= 0 && fresh) { /* the entries of this batch's blocks are committed */
+		pthread_mutex_lock(&d->lock);
+		d->st.indexed += fresh;
+		pthread_mutex_unlock(&d->lock);
+	}
 	/* On failure the blocks stay usable until restart, then read as misses. */
 	free(keys);
 	free(vals);
