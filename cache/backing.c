@@ -88,9 +88,11 @@ int cache_backing_get(struct cache *c, struct cache_file *f, int *fd)
 	/* Only a version the disk tier holds whole: never a fetch at open. */
 	rc = cache_disk_pin_file(c->disk, f->path, f->version, f->size, fd);
 	if (rc == -ENOENT && cache_file_complete(c, f)) {
-		/* Whole in the tiers, some blocks still on their way to disk: the
-		 * write-behind queue is short (it pushes back on fetches), so wait
-		 * for it rather than read this open through the cache. */
+		/* Whole in the tiers, some blocks still on their way to disk:
+		 * the queue is short, and this file's owed blocks (tiers.c) are
+		 * at most the RAM tier's share of it: wait for them rather than
+		 * read this open through the cache. */
+		cache_tier_pay_owed(c, f);
 		cache_disk_flush(c->disk);
 		rc = cache_disk_pin_file(c->disk, f->path, f->version, f->size, fd);
 	}

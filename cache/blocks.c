@@ -117,6 +117,7 @@ static void hash_remove(struct cache *c, struct cache_block *b)
 		pp = &(*pp)->hnext;
 	*pp = b->hnext;
 	b->hnext = NULL;
+	cache_owed_forget(c, b); /* another identity next: its bytes are not owed */
 }
 
 /* ---- slots ------------------------------------------------------------- */
@@ -605,6 +606,13 @@ void cache_block_put(struct cache *c, struct cache_block *b)
 	pthread_mutex_unlock(&c->lock);
 }
 
+void cache_block_hold(struct cache *c, struct cache_block *b)
+{
+	MCFS_ASSERT_HELD(&c->lock);
+	if (b->refs++ == 0 && b->state == SLOT_READY)
+		list_del(&c->lru, b); /* held: never evicted */
+}
+
 void cache_block_put_behind(struct cache *c, struct cache_block *b)
 {
 	MCFS_ASSERT_NOT_HELD(&c->lock);
@@ -801,6 +809,7 @@ void cache_get_stats(struct cache *c, struct cache_stats *out)
 	out->ram_budget_refusals = c->budget.refusals;
 	out->gpu_window_waits = c->budget.gpu_waits;
 	out->file_identities = c->nfiles;
+	out->disk_owed = c->nowed;
 	pthread_mutex_unlock(&c->lock);
 	out->ram_bytes_limit = c->nslots * c->bs;
 	out->ram_bytes_used = out->slots_used * c->bs;

@@ -19,9 +19,10 @@
  *   2. A new prefetch is admitted only while prefetch and write-behind hold
  *      fewer than bg_cap slots (half of them), and never while a reader
  *      waits for a slot: a freed slot goes to the reader. Write-behind is
- *      never refused (every fetched block reaches the disk tier): the
- *      writers' own queues bound it, a quarter of the slots each, with
- *      back-pressure on the fetch threads; it counts against prefetch.
+ *      never refused: the writers' own queues bound it, a quarter of the
+ *      slots each (a full disk queue leaves the block owed in the RAM
+ *      tier, holding nothing, tiers.c; the shared writer's pushes back on
+ *      the fetch threads); it counts against prefetch.
  *   3. GPU loads hold at most gpu_cap window slots together (a quarter): a
  *      load asks for a window and waits its turn, first come first served,
  *      instead of failing, and gives the window back when it ends. A load

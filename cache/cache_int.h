@@ -55,6 +55,11 @@ struct cache_block {
 	 * write-behind knows which tiers lack the block. Written by the fetch
 	 * thread that holds the job, read by it after. */
 	unsigned char fill;
+	/* Owed to the disk tier: whole, lacking there, its write-behind found the
+	 * queue full. On c->owed (oprev/onext) while hashed; tiers.c queues it
+	 * when the writer has room. */
+	bool owed;
+	struct cache_block *oprev, *onext;
 	struct cache_block *hnext;	 /* hash chain */
 	struct cache_block *prev, *next; /* LRU list (READY, refs 0), free list or job queue */
 };
@@ -114,7 +119,10 @@ struct cache {
 	struct cache_block **buckets;	  /* guarded by lock */
 	size_t nbuckets;		  /* power of two */
 	struct slot_list lru, free, jobs; /* guarded by lock */
-	struct cache_file **fbuckets;	  /* guarded by lock */
+	/* Blocks owed to the disk tier, oldest first (b->owed; guarded by lock) */
+	struct cache_block *owed_first, *owed_last;
+	size_t nowed;
+	struct cache_file **fbuckets; /* guarded by lock */
 	size_t nfbuckets;
 	uint64_t next_file_id;	    /* guarded by lock */
 	uint64_t nfiles;	    /* guarded by lock: identities in fbuckets */
@@ -189,6 +197,8 @@ void cache_file_unref(struct cache *c, struct cache_file *f);
 void cache_lists_init(struct cache *c);
 void cache_list_push_back(struct slot_list *l, struct cache_block *b);
 void *cache_fetch_thread(void *arg);
+/* Takes a reference of a READY block b (off the LRU list while held). Lock held. */
+void cache_block_hold(struct cache *c, struct cache_block *b);
 /* Drops a write-behind reference of b (a writer's, taken with a
  * CACHE_CLAIM_BEHIND): the claim and the reference. Lock not held. */
 void cache_block_put_behind(struct cache *c, struct cache_block *b);
@@ -227,8 +237,14 @@ bool cache_tier_fill(struct cache *c, struct cache_block *b, uint32_t *len);
 bool cache_tier_wants(const struct cache *c, const struct cache_block *b);
 /* Queues b's write-behind; takes over one reference of b. No lock held. */
 void cache_tier_behind(struct cache *c, struct cache_block *b);
-/* The disk and shared writers' done callback: drops the reference write-behind held. */
+/* The disk and shared writers' done callback: drops the reference write-behind held,
+ * then queues owed blocks while the disk writer has room. */
 void cache_disk_done(void *ctx, void *arg);
+/* b leaves the hash (evicted, dropped, failed): no longer owed. Lock held. */
+void cache_owed_forget(struct cache *c, struct cache_block *b);
+/* Queues every owed block (of @f only, if not NULL), waiting for room for each
+ * (unmount; an open that wants @f whole on disk). No lock held. */
+void cache_tier_pay_owed(struct cache *c, const struct cache_file *f);
 /* Disk-tier bytes of f's blocks that in_ram[] says RAM lacks. No lock held. */
 uint64_t cache_tier_file_bytes(struct cache *c, struct cache_file *f, const bool *in_ram);
 /* Adds the disk tier's counters, or why there is none. No lock held. */

@@ -284,7 +284,16 @@ enum cache_counter_type {
 	  "quarter of the slots at most).")                                                        \
 	X(DISK, indexed, "disk_indexed", COUNTER, "disk_indexed_total", NULL,                      \
 	  "Blocks written behind whose index entries are committed: a restart, or a crash, "       \
-	  "finds them (disk_writes counts them before that commit).")
+	  "finds them (disk_writes counts them before that commit).")                              \
+	X(CACHE, disk_owed, "disk_owed", GAUGE, "write_behind_owed_blocks", NULL,                    \
+	  "Blocks in the RAM tier the disk tier lacks, waiting for room in the write-behind "      \
+	  "queue (a fetch never waits for the cache disk).")                                       \
+	X(CACHE, disk_deferred, "disk_deferred", COUNTER, "write_behind_deferred_total", NULL,           \
+	  "Blocks whose write-behind found the queue full and waited in the RAM tier (owed).")     \
+	X(CACHE, disk_owed_dropped, "disk_owed_dropped", COUNTER, "write_behind_owed_dropped_total",      \
+	  NULL,                                                                                    \
+	  "Owed blocks that left the RAM tier before the disk writer had room for them (fetched " \
+	  "again when next read, and written then).")
 /* clang-format on */
 
 /* Why there is no disk tier (disk_off_reason); cache_disk_off_text() words it. */

@@ -17,9 +17,9 @@
  *  - disk_cache bounds the version files' allocated bytes: at most
  *    disk_cache / block size blocks, each at most one block of disk.
  *  - Write-behind is off the reader's path: the caller (a fetch thread) has
- *    already served its readers; cache_disk_write() queues the job, waiting
- *    only while the bounded queue is full (back-pressure on prefetch, so
- *    that every fetched block reaches the disk).
+ *    already served its readers; cache_disk_write() queues the job, or says
+ *    the bounded queue is full (the caller keeps the block owed in the RAM
+ *    tier and queues it when there is room: the disk never paces a fetch).
  *  - ENOSPC (the cache filesystem is full) stops write-behind for good, with
  *    one log line; blocks already on disk keep being served.
  *
@@ -81,11 +81,12 @@ MCFS_MUST_CHECK int cache_disk_read(struct cache_disk *d, const struct cache_met
  * Queues a write-behind of @len bytes at @data (CACHE_DISK_ALIGN-aligned,
  * readable up to @len rounded up to it) as block @k. Borrowed until
  * done(ctx, @arg): the caller keeps @data unchanged until then. Returns 0
- * (queued), -EEXIST (already held or queued), or
- * -ENOSPC (the tier is full for good). done is called only after 0.
+ * (queued), -EEXIST (already held or queued), -EAGAIN (the queue is full
+ * and !@wait; with @wait it sleeps until there is room) or -ENOSPC (the
+ * tier is full for good). done is called only after 0.
  */
 MCFS_MUST_CHECK int cache_disk_write(struct cache_disk *d, const struct cache_meta_key *k,
-				     const char *data, uint32_t len, void *arg);
+				     const char *data, uint32_t len, void *arg, bool wait);
 
 /* Valid bytes of block @k held (0 if not held). */
 uint32_t cache_disk_held(struct cache_disk *d, const struct cache_meta_key *k);

@@ -60,7 +60,7 @@ static void put(struct cache_disk *d, char *buf, unsigned i, uint32_t len)
 	struct cache_meta_key k = key(i);
 
 	fill(buf, i, len);
-	CHECK(cache_disk_write(d, &k, buf, len, NULL) == 0, "queue block %u", i);
+	CHECK(cache_disk_write(d, &k, buf, len, NULL, true) == 0, "queue block %u", i);
 	cache_disk_flush(d);
 }
 
@@ -193,7 +193,7 @@ static void pin_checks(const char *dir, struct cache_disk *d, char *buf, char *r
 	for (i = 200; i < 200 + NSLOTS; i++) {
 		k = key(i);
 		fill(buf, i, BS);
-		if (cache_disk_write(d, &k, buf, BS, NULL) == 0)
+		if (cache_disk_write(d, &k, buf, BS, NULL, true) == 0)
 			cache_disk_flush(d);
 	}
 	CHECK(cache_disk_evict_path(d, "m/b.bin") == 0, "pinned blocks are not evicted by path");
@@ -289,7 +289,8 @@ int main(void)
 		struct cache_meta_key k = key(1);
 
 		CHECK(cache_disk_held(d, &k) == 1000, "held bytes");
-		CHECK(cache_disk_write(d, &k, buf, 1000, NULL) == -EEXIST, "no duplicate writes");
+		CHECK(cache_disk_write(d, &k, buf, 1000, NULL, true) == -EEXIST,
+		      "no duplicate writes");
 	}
 	/* fill the tier, then one more: the least recently used (1: 0 was read after) goes */
 	put(d, buf, 2, BS);

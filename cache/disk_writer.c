@@ -413,7 +413,7 @@ void *cache_disk_writer(void *arg)
 }
 
 int cache_disk_write(struct cache_disk *d, const struct cache_meta_key *k, const char *data,
-		     uint32_t len, void *arg)
+		     uint32_t len, void *arg, bool wait)
 {
 	int rc = 0;
 
@@ -422,12 +422,11 @@ int cache_disk_write(struct cache_disk *d, const struct cache_meta_key *k, const
 		rc = -ENOSPC;
 	} else if (cache_disk_find(d, k) != DNIL) {
 		rc = -EEXIST;
+	} else if (d->qlen == d->qmax && !wait) {
+		rc = -EAGAIN; /* the caller keeps the block owed (tiers.c) */
 	} else {
-		/* Back-pressure, not drops: sleeps on d->drained (d->lock) until the
-		 * writer took jobs off a full queue. The caller is a fetch thread
-		 * whose block is already READY (its readers are served): only the
-		 * next fetch waits, so prefetch runs no faster than the disk writes
-		 * and every fetched block reaches the disk. */
+		/* Sleeps on d->drained (d->lock) until the writer took jobs off a
+		 * full queue: only a caller that asked to wait (a flush). */
 		while (d->qlen == d->qmax && !d->full && !d->stopping)
 			pthread_cond_wait(&d->drained, &d->lock);
 	}

@@ -256,7 +256,8 @@ void cache_tiers_close(struct cache *c)
 #endif
 	c->shared = NULL;
 	cache_backing_close(c);
-	cache_disk_close(c->disk); /* drains write-behind: calls cache_disk_done() */
+	cache_tier_pay_owed(c, NULL); /* every block still owed reaches the disk */
+	cache_disk_close(c->disk);    /* drains write-behind: calls cache_disk_done() */
 	c->disk = NULL;
 	cache_meta_close(c->meta);
 	c->meta = NULL;
@@ -402,10 +403,116 @@ static void shared_behind(struct cache *c, struct cache_block *b)
 	cache_block_put_behind(c, b); /* dropped (counted there): no callback will come */
 }
 
+/* ---- blocks owed to the disk tier ------------------------------------------
+ *
+ * A fetch never waits for the cache disk: when the write-behind queue is
+ * full, the block stays in the RAM tier, marked owed, on c->owed (oldest
+ * first), and holds nothing there (it is evicted as any block, which drops
+ * the debt: disk_owed_dropped). Each job the writer finishes makes room for
+ * one: cache_disk_done() queues owed blocks while there is room. So a cold
+ * read runs at the store's speed; a RAM tier as large as what was read puts
+ * every block on disk, a little later; a smaller one puts what it still holds,
+ * and the rest is fetched again, and written, at its next read.
+ */
+
+static void owed_add(struct cache *c, struct cache_block *b, bool front)
+{
+	MCFS_ASSERT_HELD(&c->lock);
+	b->owed = true;
+	if (front) {
+		b->oprev = NULL;
+		b->onext = c->owed_first;
+		if (c->owed_first)
+			c->owed_first->oprev = b;
+		else
+			c->owed_last = b;
+		c->owed_first = b;
+	} else {
+		b->onext = NULL;
+		b->oprev = c->owed_last;
+		if (c->owed_last)
+			c->owed_last->onext = b;
+		else
+			c->owed_first = b;
+		c->owed_last = b;
+	}
+	c->nowed++;
+}
+
+static void owed_del(struct cache *c, struct cache_block *b)
+{
+	MCFS_ASSERT_HELD(&c->lock);
+	if (b->oprev)
+		b->oprev->onext = b->onext;
+	else
+		c->owed_first = b->onext;
+	if (b->onext)
+		b->onext->oprev = b->oprev;
+	else
+		c->owed_last = b->oprev;
+	b->oprev = b->onext = NULL;
+	b->owed = false;
+	c->nowed--;
+}
+
+void cache_owed_forget(struct cache *c, struct cache_block *b)
+{
+	MCFS_ASSERT_HELD(&c->lock);
+	if (!b->owed)
+		return;
+	owed_del(c, b);
+	c->st.disk_owed_dropped++;
+}
+
+/*
+ * Queues owed blocks (of @f only, if not NULL), oldest first, until none is
+ * left or (without @wait) the queue is full. Each queued block holds a
+ * reference and a CACHE_CLAIM_BEHIND until cache_disk_done(). No lock held.
+ */
+static void pay_owed(struct cache *c, const struct cache_file *f, bool wait)
+{
+	struct cache_meta_key key;
+	struct cache_block *b;
+	int rc;
+
+	MCFS_ASSERT_NOT_HELD(&c->lock);
+	for (;;) {
+		pthread_mutex_lock(&c->lock);
+		for (b = c->disk ? c->owed_first : NULL; b && f && b->file != f; b = b->onext)
+			;
+		if (!b) {
+			pthread_mutex_unlock(&c->lock);
+			return;
+		}
+		owed_del(c, b);
+		cache_block_hold(c, b); /* its bytes stay put until done() */
+		(void)cache_budget_take(&c->budget, CACHE_CLAIM_BEHIND); /* never refused */
+		cache_meta_block_key(b->file->path, b->file->version, b->index, &key);
+		pthread_mutex_unlock(&c->lock);
+		rc = cache_disk_write(c->disk, &key, b->data, b->len, b, wait);
+		if (rc == 0)
+			continue;
+		if (rc == -EAGAIN) { /* no room after all: first in line again */
+			pthread_mutex_lock(&c->lock);
+			owed_add(c, b, true);
+			pthread_mutex_unlock(&c->lock);
+		}
+		cache_block_put_behind(c, b); /* not queued: no callback will come */
+		if (rc == -EAGAIN)
+			return;
+	}
+}
+
+void cache_tier_pay_owed(struct cache *c, const struct cache_file *f)
+{
+	pay_owed(c, f, true);
+}
+
 void cache_tier_behind(struct cache *c, struct cache_block *b)
 {
 	bool disk = c->disk && b->fill != CACHE_FILL_DISK, shared = shared_lacks(c, b);
 	struct cache_meta_key key;
+	int rc;
 
 	MCFS_ASSERT_NOT_HELD(&c->lock);
 	if (disk && shared) { /* a reference for each writer */
@@ -419,13 +526,30 @@ void cache_tier_behind(struct cache *c, struct cache_block *b)
 	if (!disk)
 		return;
 	cache_meta_block_key(b->file->path, b->file->version, b->index, &key);
-	if (cache_disk_write(c->disk, &key, b->data, b->len, b) != 0)
-		cache_block_put_behind(c, b); /* not queued: no callback will come */
+	rc = cache_disk_write(c->disk, &key, b->data, b->len, b, false);
+	if (rc == 0)
+		return;
+	if (rc == -EAGAIN) { /* the writer is behind: owed, and this fetch goes on */
+		pthread_mutex_lock(&c->lock);
+		if (!b->owed) { /* still hashed: our reference kept it */
+			owed_add(c, b, false);
+			c->st.disk_deferred++;
+		}
+		pthread_mutex_unlock(&c->lock);
+	}
+	cache_block_put_behind(c, b); /* not queued: no callback will come */
+	/* The writer may have emptied the queue since it refused this block,
+	 * with no job left whose done() would queue it: try once now. */
+	if (rc == -EAGAIN)
+		pay_owed(c, NULL, false);
 }
 
 void cache_disk_done(void *ctx, void *arg)
 {
-	cache_block_put_behind(ctx, arg);
+	struct cache *c = ctx;
+
+	cache_block_put_behind(c, arg);
+	pay_owed(c, NULL, false);
 }
 
 uint64_t cache_tier_file_bytes(struct cache *c, struct cache_file *f, const bool *in_ram)

@@ -172,6 +172,9 @@ static const struct key keys[] = {
      "true or false; a file not complete in the cache whose reader reads on past its first "
      "block is pushed into the page cache ahead of it (FUSE_NOTIFY_STORE) by pusher threads; "
      "false = cold_direct_io decides"},
+    {"push_threads", KEY_UINT, F(push_threads), 0, 64, NULL,
+     "0 to 64; threads that copy pushed blocks into the page cache (cold_push; 0 = a "
+     "quarter of the CPUs, 2 to 8)"},
     {"cold_direct_io", KEY_STR, F(cold_direct_io), 0, 0, check_auto_off,
      "auto or off; without cold_push, an open of a file not complete in the cache "
      "bypasses the page cache (direct_io: one copy per byte, no page allocation); auto = "
@@ -208,9 +211,8 @@ static const struct key keys[] = {
      "a directory for the disk tier and metadata, one subdirectory per store "
      "(empty = RAM only)"},
     {"disk_direct", KEY_BOOL, F(disk_direct), 0, 0, NULL,
-     "true or false; the disk tier writes and reads its files with O_DIRECT (write-behind "
-     "paces fetches to the cache disk); false: through the page cache (the disk paces them "
-     "only past the kernel's dirty limits)"},
+     "true or false; the disk tier writes and reads its files with O_DIRECT; false: through "
+     "the page cache (the kernel's dirty limits pace the writer)"},
     {"disk_cache", KEY_STR, F(disk_cache), 0, 0, check_disk_cache,
      "a size (e.g. 100G) or a share of the cache filesystem (e.g. 50%)"},
     {"meta_map_size", KEY_SIZE, F(meta_map_size), 1 * MiB, 1024.0 * GiB, NULL,

@@ -58,6 +58,7 @@ struct cfg {
 	char passthrough[8];	/* "auto" or "off": FUSE passthrough of complete files */
 	char cold_direct_io[8]; /* "auto" or "off": direct_io for opens of files not complete */
 	bool cold_push;		/* push cold files into the page cache ahead of their reader */
+	unsigned push_threads;	/* pusher threads (0: from the CPU count) */
 	bool disk_direct; /* the disk tier's files with O_DIRECT (else through the page cache) */
 	bool allow_other; /* let other users see the mount */
 

@@ -238,7 +238,8 @@ int fs_push_start(struct fs_session *s)
 		return 0;
 	/* Each pusher copies a block into the page cache at a few GB/s: a
 	 * quarter of the cores, 2 to 8 of them, keep ahead of one reader. */
-	pp->n = (unsigned)MCFS_MIN(MCFS_MAX(ncpu / 4, 2), 8);
+	pp->n = s->cfg.push_threads ? s->cfg.push_threads
+				    : (unsigned)MCFS_MIN(MCFS_MAX(ncpu / 4, 2), 8);
 	pp->tids = calloc(pp->n, sizeof(*pp->tids));
 	if (!pp->tids)
 		return -ENOMEM;

@@ -44,7 +44,7 @@ def settle(m, timeout=20):
     deadline = time.time() + timeout
     while True:
         st = m.stats()
-        if st["disk_queued"] == 0 and st["inflight"] == 0:
+        if st["disk_queued"] == 0 and st["inflight"] == 0 and st["disk_owed"] == 0:
             return st
         if time.time() > deadline:
             raise AssertionError("write-behind did not settle: %s" % st)

@@ -226,7 +226,7 @@ for i in range(2):
         import time
         for _ in range(400):   # write-behind done: the file is complete on disk
             s = stats()
-            if s["disk_queued"] == 0 and s["inflight"] == 0:
+            if s["disk_queued"] == 0 and s["inflight"] == 0 and s["disk_owed"] == 0:
                 break
             time.sleep(0.05)
 s = stats()

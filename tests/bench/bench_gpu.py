@@ -146,7 +146,7 @@ def settle(m, timeout=300):
     deadline = time.time() + timeout
     while True:
         st = m.stats()
-        if st.get("disk_queued", 0) == 0 and st.get("inflight", 0) == 0:
+        if not any(st.get(k, 0) for k in ("disk_queued", "inflight", "disk_owed")):
             return st
         if time.time() > deadline:
             raise RuntimeError("write-behind did not settle in %ds: %s" % (timeout, st))

@@ -269,7 +269,7 @@ def allocated(d):
 def settle(m, timeout=600):
     """Waits until the daemon's fetches and write-behind are idle."""
     deadline = time.time() + timeout
-    while any(m.stats().get(k, 0) for k in ("disk_queued", "inflight")):
+    while any(m.stats().get(k, 0) for k in ("disk_queued", "inflight", "disk_owed")):
         if time.time() > deadline:
             raise RuntimeError("write-behind did not settle in %d s: %s" % (timeout, m.stats()))
         time.sleep(0.05)

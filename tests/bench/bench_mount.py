@@ -133,7 +133,7 @@ class Mount:
     def settle(self):
         for _ in range(1200):
             s = self.stats()
-            if s["disk_queued"] == 0 and s["inflight"] == 0:
+            if s["disk_queued"] == 0 and s["inflight"] == 0 and s["disk_owed"] == 0:
                 return
             time.sleep(0.05)
 
