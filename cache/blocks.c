@@ -34,6 +34,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <time.h>
 
 /* ---- lists ------------------------------------------------------------- */
 
@@ -689,6 +690,35 @@ static int start_background(struct cache *c, struct cache_file *f, uint64_t inde
 out:
 	pthread_mutex_unlock(&c->lock);
 	return rc;
+}
+
+bool cache_block_settle(struct cache *c, struct cache_file *f, int64_t index)
+{
+	struct cache_block *b;
+	struct timespec ts;
+	bool ready;
+
+	MCFS_ASSERT_NOT_HELD(&c->lock);
+	pthread_mutex_lock(&c->lock);
+	if (index < 0) {
+		/* Sleeps on c->loaded (c->lock) for one fetch's end, at most 10 ms:
+		 * the fetches that refused the caller may all have ended already. */
+		clock_gettime(CLOCK_REALTIME, &ts);
+		ts.tv_nsec += 10000000;
+		if (ts.tv_nsec >= 1000000000) {
+			ts.tv_sec++;
+			ts.tv_nsec -= 1000000000;
+		}
+		pthread_cond_timedwait(&c->loaded, &c->lock, &ts);
+		pthread_mutex_unlock(&c->lock);
+		return false;
+	}
+	/* Sleeps on c->loaded (c->lock) until this block's fetch ends. */
+	while ((b = hash_find(c, f, (uint64_t)index)) && b->state == SLOT_LOADING)
+		pthread_cond_wait(&c->loaded, &c->lock);
+	ready = b && b->state == SLOT_READY;
+	pthread_mutex_unlock(&c->lock);
+	return ready;
 }
 
 int cache_prefetch(struct cache *c, struct cache_file *f, uint64_t index)

@@ -144,6 +144,7 @@ void cache_free(struct cache *c)
 	if (!c)
 		return;
 	cache_ram_stop(c);	   /* the prefault threads */
+	cache_whole_stop(c);	   /* the background whole fetches, which wait on fetch threads */
 	cache_tier_shared_stop(c); /* a fetch thread waiting on another node's block */
 	pthread_mutex_lock(&c->lock);
 	c->stopping = true;

@@ -38,6 +38,24 @@ bool cache_backing_enabled(const struct cache *c);
 /* Unpins what cache_backing_get() pinned. Can't fail. */
 void cache_backing_put(struct cache *c, struct cache_file *f);
 
+/*
+ * cold_whole (whole.c): fetches every block of @f the disk tier lacks and
+ * waits until the version is whole there, so that cache_backing_get() finds
+ * it. Paced by the disk writers; the fetch threads do the work. Returns 0
+ * when whole; -ENOENT when it is not (cold_whole=off, no disk tier, a file
+ * larger than half the tier, a fetch that failed three passes, stopping):
+ * the open then reads through the cache. Threads: any, no lock held (it
+ * waits for the whole file: seconds).
+ */
+MCFS_MUST_CHECK int cache_whole_fetch(struct cache *c, struct cache_file *f);
+/*
+ * cold_whole=model: queues the other files of @f's directory whose names end
+ * with @f's suffix, in name order, to be fetched whole in the background (a
+ * directory at most once in a while). Lists the directory (a store request
+ * at most). Can't fail: a file not queued is only not fetched ahead.
+ */
+void cache_whole_siblings(struct cache *c, const struct cache_file *f);
+
 /* What @reason (enum cache_disk_off) means, in a few words: static, never NULL. */
 const char *cache_disk_off_text(int reason);
 

@@ -166,6 +166,9 @@ struct cache {
 	/* Backing files for FUSE passthrough (backing.c): NULL without a disk
 	 * tier. Set up with the disk tier, fixed afterwards; its own lock. */
 	struct cache_backing *backing;
+	/* Whole files at a cold open (whole.c): NULL without a disk tier or with
+	 * cold_whole=off. Set up with the disk tier, fixed afterwards; its own lock. */
+	struct cache_whole *whole;
 };
 
 /*
@@ -199,6 +202,12 @@ void cache_list_push_back(struct slot_list *l, struct cache_block *b);
 void *cache_fetch_thread(void *arg);
 /* Takes a reference of a READY block b (off the LRU list while held). Lock held. */
 void cache_block_hold(struct cache *c, struct cache_block *b);
+/*
+ * whole.c's wait on the fetch threads: sleeps while block @index of @f is
+ * being fetched into the RAM tier (@index < 0: until some fetch ends, or
+ * 10 ms). Returns true if the block is READY in the RAM tier now. Lock not held.
+ */
+bool cache_block_settle(struct cache *c, struct cache_file *f, int64_t index);
 /* Drops a write-behind reference of b (a writer's, taken with a
  * CACHE_CLAIM_BEHIND): the claim and the reference. Lock not held. */
 void cache_block_put_behind(struct cache *c, struct cache_block *b);
@@ -260,6 +269,11 @@ void cache_backing_close(struct cache *c); /* NULL backing is fine */
 /* Marks @path's pinned versions to be evicted at their last put; returns 0 (the disk
  * tier's eviction counts the bytes). */
 uint64_t cache_backing_evict_path(struct cache *c, const char *path);
+/* whole.c: set up with the disk tier (0, or -ENOMEM); its background thread
+ * stopped before the fetch threads; freed with the disk tier. */
+MCFS_MUST_CHECK int cache_whole_open(struct cache *c);
+void cache_whole_stop(struct cache *c);
+void cache_whole_close(struct cache *c);
 /* Fills the backing_* counters. No lock held. */
 void cache_backing_stats(struct cache *c, struct cache_stats *out);
 

@@ -290,6 +290,16 @@ enum cache_counter_type {
 	  "queue (a fetch never waits for the cache disk).")                                       \
 	X(CACHE, disk_deferred, "disk_deferred", COUNTER, "write_behind_deferred_total", NULL,           \
 	  "Blocks whose write-behind found the queue full and waited in the RAM tier (owed).")     \
+	X(CACHE, whole_opens, "whole_opens", COUNTER, "cold_whole_opens_total", NULL,              \
+	  "Opens of a file not whole in the disk tier that fetched it whole first, then read it "  \
+	  "through passthrough (cold_whole).")                                                     \
+	X(CACHE, whole_fallbacks, "whole_fallbacks", COUNTER, "cold_whole_fallbacks_total", NULL,  \
+	  "Opens whose whole fetch could not finish (a failed fetch, no room): they read through " \
+	  "the cache.")                                                                            \
+	X(CACHE, whole_background, "whole_background", COUNTER,                                   \
+	  "cold_whole_background_files_total", NULL,                                               \
+	  "Files of a cold open's directory fetched whole in the background before their own "     \
+	  "open (cold_whole=model).")                                                              \
 	X(CACHE, disk_owed_dropped, "disk_owed_dropped", COUNTER, "write_behind_owed_dropped_total",      \
 	  NULL,                                                                                    \
 	  "Owed blocks that left the RAM tier before the disk writer had room for them (fetched " \

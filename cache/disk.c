@@ -1045,8 +1045,8 @@ static int alloc_index(struct cache_disk *d, unsigned queue_max)
 }
 
 int cache_disk_open(const char *dir, uint64_t limit, uint64_t bs, struct cache_meta *meta,
-		    unsigned queue_max, bool direct, void (*done)(void *ctx, void *arg), void *ctx,
-		    struct cache_disk **out)
+		    unsigned queue_max, bool direct, unsigned writers,
+		    void (*done)(void *ctx, void *arg), void *ctx, struct cache_disk **out)
 {
 	struct cache_disk *d = calloc(1, sizeof(*d));
 	int rc;
@@ -1058,9 +1058,12 @@ int cache_disk_open(const char *dir, uint64_t limit, uint64_t bs, struct cache_m
 	d->nslots = (uint32_t)MCFS_MIN(limit / bs, (uint64_t)UINT32_MAX - 1);
 	d->done = done;
 	d->ctx = ctx;
+	d->nwriters = MCFS_MAX(1, writers);
 	pthread_mutex_init(&d->lock, NULL);
 	pthread_cond_init(&d->work, NULL);
 	pthread_cond_init(&d->drained, NULL);
+	pthread_cond_init(&d->wb_go, NULL);
+	pthread_cond_init(&d->wb_done, NULL);
 	rc = d->nslots ? 0 : -ENOSPC;
 	if (rc == 0)
 		rc = alloc_index(d, queue_max);
@@ -1081,9 +1084,10 @@ int cache_disk_open(const char *dir, uint64_t limit, uint64_t bs, struct cache_m
 		cache_disk_close(d);
 		return rc;
 	}
-	MCFS_INFO("disk tier in %s (%u slots, %llu blocks held, one file per version, %s)", dir,
-		  d->nslots, (unsigned long long)d->st.slots_used,
-		  d->direct ? "O_DIRECT" : "buffered");
+	MCFS_INFO("disk tier in %s (%u slots, %llu blocks held, %u writer%s, one file per "
+		  "version, %s)",
+		  dir, d->nslots, (unsigned long long)d->st.slots_used, d->nwriters,
+		  d->nwriters == 1 ? "" : "s", d->direct ? "O_DIRECT" : "buffered");
 	*out = d;
 	return 0;
 }
@@ -1121,5 +1125,7 @@ void cache_disk_close(struct cache_disk *d)
 	pthread_mutex_destroy(&d->lock);
 	pthread_cond_destroy(&d->work);
 	pthread_cond_destroy(&d->drained);
+	pthread_cond_destroy(&d->wb_go);
+	pthread_cond_destroy(&d->wb_done);
 	free(d);
 }

@@ -58,11 +58,12 @@ MCFS_MUST_CHECK int cache_disk_limit(const char *dir, const char *spec, uint64_t
  * its bytes were written or abandoned. @queue_max bounds the write queue.
  * @direct: the version files are written and read with O_DIRECT where the
  * filesystem allows it (disk_direct); else through the page cache.
+ * @writers: threads that write a batch's blocks at once (1: the writer alone).
  * Returns 0 with *out set, or a negative errno after logging why.
  */
 MCFS_MUST_CHECK int cache_disk_open(const char *dir, uint64_t limit, uint64_t bs,
 				    struct cache_meta *meta, unsigned queue_max, bool direct,
-				    void (*done)(void *ctx, void *arg), void *ctx,
+				    unsigned writers, void (*done)(void *ctx, void *arg), void *ctx,
 				    struct cache_disk **out);
 
 /* Writes what is queued, calls every pending done, persists use times, stops. */

@@ -107,6 +107,15 @@ struct cache_disk {
 
 	pthread_t writer;
 	bool writer_started;
+
+	/* Step 3 of a batch (disk_writer.c) runs on the writer and nwriters - 1
+	 * helpers: each takes the batch's next job. All guarded by lock. */
+	unsigned nwriters;
+	void *wb_batch;		 /* the batch being written, or NULL */
+	size_t wb_next, wb_left; /* its next job to take; jobs not yet written */
+	bool wb_quit;		 /* helpers: exit */
+	pthread_cond_t wb_go;	 /* helpers: a batch to write, or quit */
+	pthread_cond_t wb_done;	 /* writer: wb_left reached 0 */
 };
 
 /* disk.c: index helpers, lock held. */

@@ -87,7 +87,7 @@ static int open_tier(const char *dir, struct cache_meta **m, struct cache_disk *
 	snprintf(sub, sizeof(sub), "%s/meta", dir);
 	if (cache_meta_open(sub, 64ull << 20, m) < 0)
 		return -1;
-	if (cache_disk_open(dir, NSLOTS * BS, BS, *m, 8, true, done, NULL, d) < 0) {
+	if (cache_disk_open(dir, NSLOTS * BS, BS, *m, 8, true, 2, done, NULL, d) < 0) {
 		cache_meta_close(*m);
 		return -1;
 	}

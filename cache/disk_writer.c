@@ -1,6 +1,6 @@
 /*
  * disk_writer.c - write-behind: the thread that puts fetched blocks on disk,
- * and takes evicted ones off it.
+ * and takes evicted ones off it, with helpers for the writes themselves.
  *
  * The fetch path queues a job (key, the RAM slot's bytes, a cookie) and goes
  * on; the caller keeps the bytes pinned until done(cookie). One thread,
@@ -15,7 +15,10 @@
  *      left with no block;
  *   3. per job: fallocate the block's range of its version file, hash the
  *      bytes (XXH3-64), write them at the block's offset (O_DIRECT, 1 MiB
- *      pieces in flight together);
+ *      pieces in flight together). The jobs of a batch are written at once
+ *      by the writer and disk_writers - 1 helper threads (each with its own
+ *      ring): one thread hashing and copying paces a fast disk, and the
+ *      page cache (disk_direct=false) more so;
  *   4. under the lock, mark the written slots VALID (readers may use them:
  *      the bytes are there and the checksum is known);
  *   5. commit their index entries, plus the use times of blocks read since
@@ -23,7 +26,8 @@
  *
  * Between batches it punches the blocks other threads dropped (a failed
  * checksum, `mcfs evict`) after their entries' deletion was committed. Only
- * this thread creates, punches and unlinks version files, so a file is never
+ * this thread punches and unlinks version files, and never during step 3
+ * (the only time helpers create and write them), so a file is never
  * unlinked under a block being written into it.
  *
  * A kill between any two steps leaves only entries whose bytes were fully
@@ -168,6 +172,74 @@ static int write_one(struct cache_disk *d, struct io_uring *ring, struct batch *
 		MCFS_ERR("disk tier %s: writing a block at offset %llu: %s", p,
 			 (unsigned long long)off, strerror(-rc));
 	return rc;
+}
+
+/*
+ * Step 3 for the jobs of @b: each thread that finds the batch (the writer,
+ * and the helpers while it is posted) takes its next job. Returns when the
+ * last job is written. No lock held.
+ */
+static void write_batch(struct cache_disk *d, struct io_uring *ring, struct batch *b)
+{
+	size_t j;
+
+	MCFS_ASSERT_NOT_HELD(&d->lock);
+	pthread_mutex_lock(&d->lock);
+	d->wb_batch = b;
+	d->wb_next = 0;
+	d->wb_left = b->n;
+	if (d->nwriters > 1)
+		pthread_cond_broadcast(&d->wb_go);
+	while (d->wb_next < b->n) {
+		j = d->wb_next++;
+		pthread_mutex_unlock(&d->lock);
+		if (b->slot[j] != DNIL)
+			b->rc[j] = write_one(d, ring, b, j);
+		pthread_mutex_lock(&d->lock);
+		d->wb_left--;
+	}
+	/* Sleeps on d->wb_done (d->lock) until the helpers wrote the jobs they took. */
+	while (d->wb_left)
+		pthread_cond_wait(&d->wb_done, &d->lock);
+	d->wb_batch = NULL;
+	pthread_mutex_unlock(&d->lock);
+}
+
+/* A helper of step 3, with an io_uring of its own, until wb_quit. */
+static void *write_helper(void *arg)
+{
+	struct cache_disk *d = arg;
+	struct io_uring ring;
+	struct batch *b;
+	bool ring_ok;
+	size_t j;
+	int rc;
+
+	pthread_setname_np(pthread_self(), "mcfs-diskwr");
+	ring_ok = io_uring_queue_init(WB_RING_DEPTH, &ring, 0) == 0;
+	pthread_mutex_lock(&d->lock);
+	for (;;) {
+		/* Sleeps on d->wb_go (d->lock) until a batch has a job to take. A
+		 * helper without a ring never takes one. */
+		while (!d->wb_quit &&
+		       (!ring_ok || !d->wb_batch || d->wb_next >= ((struct batch *)d->wb_batch)->n))
+			pthread_cond_wait(&d->wb_go, &d->lock);
+		if (d->wb_quit)
+			break;
+		b = d->wb_batch;
+		j = d->wb_next++;
+		pthread_mutex_unlock(&d->lock);
+		rc = b->slot[j] != DNIL ? write_one(d, &ring, b, j) : 0;
+		pthread_mutex_lock(&d->lock);
+		if (b->slot[j] != DNIL)
+			b->rc[j] = rc;
+		if (--d->wb_left == 0)
+			pthread_cond_signal(&d->wb_done);
+	}
+	pthread_mutex_unlock(&d->lock);
+	if (ring_ok)
+		io_uring_queue_exit(&ring);
+	return NULL;
 }
 
 /*
@@ -321,8 +393,10 @@ static void run_batch(struct cache_disk *d, struct io_uring *ring, struct batch 
 	for (j = 0; rc == 0 && j < b->ndel; j++)
 		release(d, &b->dels[j]);
 	for (j = 0; j < b->n; j++)
-		if (b->slot[j] != DNIL)
-			b->rc[j] = rc < 0 ? rc : write_one(d, ring, b, j);
+		if (rc < 0 && b->slot[j] != DNIL)
+			b->rc[j] = rc;
+	if (rc == 0)
+		write_batch(d, ring, b);
 	publish(d, b);
 	/* The caller's bytes are free only now that the written blocks read as
 	 * held (VALID): a caller that drops its RAM copy at done() never finds
@@ -347,6 +421,8 @@ void *cache_disk_writer(void *arg)
 	struct cache_disk *d = arg;
 	struct io_uring ring;
 	struct batch b = {0}; /* one batch at a time, on this thread's stack (about 2 KiB) */
+	pthread_t *helpers;
+	unsigned h, nhelpers;
 	uint64_t last_sync = mcfs_now_ns();
 	bool unsynced = false, ring_ok;
 	struct timespec ts;
@@ -358,6 +434,14 @@ void *cache_disk_writer(void *arg)
 	if (!ring_ok)
 		MCFS_ERR("disk tier %s: cannot set up the writer's io_uring: write-behind off",
 			 d->path);
+	helpers = calloc(d->nwriters, sizeof(*helpers));
+	for (h = 0; ring_ok && helpers && h + 1 < d->nwriters; h++)
+		if (pthread_create(&helpers[h], NULL, write_helper, d) != 0)
+			break;
+	nhelpers = h;
+	if (ring_ok && nhelpers + 1 < d->nwriters)
+		MCFS_WARN("disk tier %s: %u of %u writer threads started", d->path, nhelpers + 1,
+			  d->nwriters);
 	pthread_mutex_lock(&d->lock);
 	if (!ring_ok)
 		d->full = true; /* cache_disk_write() then refuses every job */
@@ -406,7 +490,12 @@ void *cache_disk_writer(void *arg)
 		if (d->stopping && d->qlen == 0 && !d->ndirty && d->punch == DNIL)
 			break;
 	}
+	d->wb_quit = true;
+	pthread_cond_broadcast(&d->wb_go);
 	pthread_mutex_unlock(&d->lock);
+	for (h = 0; h < nhelpers; h++)
+		pthread_join(helpers[h], NULL);
+	free(helpers);
 	if (ring_ok)
 		io_uring_queue_exit(&ring);
 	return NULL;

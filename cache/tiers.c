@@ -192,6 +192,16 @@ static uint64_t meta_map_size(const struct cache *c, uint64_t limit)
 	return need;
 }
 
+/* disk_writers, or a quarter of the CPUs, 2 to 8. */
+static unsigned disk_writers(const struct cfg *cfg)
+{
+	long n = sysconf(_SC_NPROCESSORS_ONLN);
+
+	if (cfg->disk_writers)
+		return cfg->disk_writers;
+	return (unsigned)MCFS_MAX(2, MCFS_MIN(8, n / 4));
+}
+
 void cache_tiers_open(struct cache *c)
 {
 	char dir[STORE_DIR_MAX], p[STORE_DIR_MAX + 16];
@@ -236,11 +246,13 @@ void cache_tiers_open(struct cache *c)
 	qmax = (unsigned)MCFS_MAX(1, MCFS_MIN(WB_QUEUE_MAX, c->nslots / 4));
 	if (rc == 0)
 		rc = cache_disk_open(dir, limit, c->bs, c->meta, qmax, c->cfg->disk_direct,
-				     cache_disk_done, c, &c->disk);
+				     disk_writers(c->cfg), cache_disk_done, c, &c->disk);
 	/* A complete version's file in the disk tier is its backing file
 	 * (docs/architecture.md, Passthrough). Without a disk tier, no passthrough. */
 	if (rc == 0 && cache_backing_open(c) < 0)
 		MCFS_WARN("cache_dir %s: out of memory for passthrough: no FUSE passthrough", dir);
+	if (rc == 0 && cache_whole_open(c) < 0)
+		MCFS_WARN("cache_dir %s: out of memory: cold_whole off", dir);
 	if (rc < 0) {
 		set_off(c, CACHE_DISK_OFF_DISK, rc);
 		MCFS_WARN("cache_dir %s: no disk tier (disk_cache=%s: %llu bytes): %s; "
@@ -255,6 +267,7 @@ void cache_tiers_close(struct cache *c)
 	cache_shared_close(c->shared); /* writes (or drops) its queue: calls cache_disk_done() */
 #endif
 	c->shared = NULL;
+	cache_whole_close(c);
 	cache_backing_close(c);
 	cache_tier_pay_owed(c, NULL); /* every block still owed reaches the disk */
 	cache_disk_close(c->disk);    /* drains write-behind: calls cache_disk_done() */

@@ -104,6 +104,13 @@ static int check_io_uring(const char *v)
 	return -EINVAL;
 }
 
+static int check_cold_whole(const char *v)
+{
+	if (strcmp(v, "model") == 0 || strcmp(v, "file") == 0 || strcmp(v, "off") == 0)
+		return 0;
+	return -EINVAL;
+}
+
 static int check_auto_off(const char *v)
 {
 	return strcmp(v, "auto") == 0 || strcmp(v, "off") == 0 ? 0 : -EINVAL;
@@ -168,6 +175,10 @@ static const struct key keys[] = {
     {"passthrough", KEY_STR, F(passthrough), 0, 0, check_auto_off,
      "auto or off; FUSE passthrough: the kernel reads complete files from their backing "
      "file in cache_dir (libfuse 3.17, root; auto = when all of it is there)"},
+    {"cold_whole", KEY_STR, F(cold_whole), 0, 0, check_cold_whole,
+     "model, file or off; with passthrough, an open of a file not whole in the disk tier "
+     "first fetches it whole, then the kernel reads it from its file (file); model also "
+     "fetches the other files of its directory with its suffix, in the background"},
     {"cold_push", KEY_BOOL, F(cold_push), 0, 0, NULL,
      "true or false; a file not complete in the cache whose reader reads on past its first "
      "block is pushed into the page cache ahead of it (FUSE_NOTIFY_STORE) by pusher threads; "
@@ -213,6 +224,9 @@ static const struct key keys[] = {
     {"disk_direct", KEY_BOOL, F(disk_direct), 0, 0, NULL,
      "true or false; the disk tier writes and reads its files with O_DIRECT; false: through "
      "the page cache (the kernel's dirty limits pace the writer)"},
+    {"disk_writers", KEY_UINT, F(disk_writers), 0, 64, NULL,
+     "0 to 64; threads that write fetched blocks to the disk tier (0 = a quarter of the "
+     "CPUs, 2 to 8)"},
     {"disk_cache", KEY_STR, F(disk_cache), 0, 0, check_disk_cache,
      "a size (e.g. 100G) or a share of the cache filesystem (e.g. 50%)"},
     {"meta_map_size", KEY_SIZE, F(meta_map_size), 1 * MiB, 1024.0 * GiB, NULL,
@@ -325,6 +339,7 @@ void cfg_init(struct cfg *c)
 	snprintf(c->io_uring, sizeof(c->io_uring), "auto");
 	snprintf(c->passthrough, sizeof(c->passthrough), "auto");
 	snprintf(c->cold_direct_io, sizeof(c->cold_direct_io), "auto");
+	snprintf(c->cold_whole, sizeof(c->cold_whole), "off");
 	c->tls_verify = true;
 	snprintf(c->region, sizeof(c->region), "us-east-1");
 	snprintf(c->addressing, sizeof(c->addressing), "path");

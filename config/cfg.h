@@ -57,10 +57,12 @@ struct cfg {
 	char io_uring[8];	/* "auto", "on" or "off": FUSE over io_uring */
 	char passthrough[8];	/* "auto" or "off": FUSE passthrough of complete files */
 	char cold_direct_io[8]; /* "auto" or "off": direct_io for opens of files not complete */
+	char cold_whole[8];	/* "model", "file" or "off": a cold open fetches the file whole */
 	bool cold_push;		/* push cold files into the page cache ahead of their reader */
 	unsigned push_threads;	/* pusher threads (0: from the CPU count) */
 	bool disk_direct; /* the disk tier's files with O_DIRECT (else through the page cache) */
-	bool allow_other; /* let other users see the mount */
+	unsigned disk_writers; /* threads writing the disk tier's blocks (0: from the CPU count) */
+	bool allow_other;      /* let other users see the mount */
 
 	/* Remote stores (cache/remote). */
 	char endpoint[CFG_STR_MAX]; /* S3 endpoint URL; empty = AWS for the region */

@@ -13,6 +13,7 @@
 #include "inode.h"
 #include "stats.h"
 #include "cache.h"
+#include "cache_disk.h"
 #include "cache_metadata.h"
 #include "cache_ram.h"
 #include "cache_read.h"
@@ -295,6 +296,31 @@ static int handle_publish(struct fs_session *s, struct fs_handle *h, uint64_t wa
 	return 0;
 }
 
+/*
+ * cold_whole (cache/whole.c): a file the disk tier does not hold whole is
+ * fetched whole before the open counts on its inode, so that the open can
+ * switch to passthrough (the kernel lets only an inode's only open switch);
+ * with cold_whole=model its directory's other files of its kind follow in
+ * the background. An open with O_NONBLOCK does not wait for it: the mcfs
+ * clients' opens (libmcfs, the Python package, `mcfs prefetch`), which read
+ * through the RAM tier's ioctls, not the page cache. Anything that fails
+ * leaves the open as it was.
+ */
+static void open_whole(struct fs_session *s, fuse_ino_t ino)
+{
+	struct cache_file *f;
+
+	if (!atomic_load(&s->conn.pt_on) || fs_inode_file(s, ino, &f) < 0)
+		return;
+	if (!cache_file_complete(s->cache, f)) {
+		cache_whole_siblings(s->cache, f);
+		if (cache_whole_fetch(s->cache, f) < 0)
+			MCFS_DEBUG("%s: not fetched whole at its open: read through the cache",
+				   cache_file_path(f));
+	}
+	cache_file_put(s->cache, f);
+}
+
 static void fs_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
 	struct fs_session *s = fs_sess(req);
@@ -312,6 +338,8 @@ static void fs_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 		return;
 	}
 	h->ino = ino;
+	if (!(fi->flags & O_NONBLOCK))
+		open_whole(s, ino);
 	rc = fs_inode_open(s, ino, &h->file, &mode);
 	if (rc == 0) {
 		rc = cache_stream_new(s->cache, h->file, &h->stream);

@@ -153,7 +153,7 @@ static int warm_file(const char *path, uint64_t size, const char *root, uint64_t
 	uint64_t cursor = 0, cached = 0, last = UINT64_MAX;
 	int fd, idle = 0;
 
-	fd = open(path, O_RDONLY | O_CLOEXEC);
+	fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK); /* no whole fetch at open */
 	if (fd < 0) {
 		int e = errno;
 

@@ -364,7 +364,7 @@ int64_t mcfs_load_tensors_sliced(const char *path, const char *const *patterns, 
 		*out = NULL;
 	if (err && errlen)
 		err[0] = '\0';
-	fd = open(path, O_RDONLY | O_CLOEXEC);
+	fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK); /* no whole fetch at open */
 	if (fd < 0)
 		return failf(err, errlen, -errno, "%s: %s", path, strerror(errno));
 	rc = load_tensors_fd(fd, path, patterns, npatterns, slices, nslices, dptr, capacity, out,
@@ -380,7 +380,7 @@ int64_t mcfs_load_file(const char *path, void *dptr, uint64_t capacity, char *er
 
 	if (err && errlen)
 		err[0] = '\0';
-	fd = open(path, O_RDONLY | O_CLOEXEC);
+	fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK); /* no whole fetch at open */
 	if (fd < 0)
 		return failf(err, errlen, -errno, "%s: %s", path, strerror(errno));
 	rc = load_fd(fd, path, dptr, capacity, err, errlen);

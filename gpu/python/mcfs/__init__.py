@@ -81,7 +81,9 @@ def abi_error(path, daemon_abi):
 
 def info(path_or_fd):
     """What the daemon behind a file offers, as a dict; None when not on mcfs."""
-    fd = path_or_fd if isinstance(path_or_fd, int) else os.open(path_or_fd, os.O_RDONLY)
+    # O_NONBLOCK: the daemon's open does not fetch the file whole first (cold_whole)
+    fd = (path_or_fd if isinstance(path_or_fd, int)
+          else os.open(path_or_fd, os.O_RDONLY | os.O_NONBLOCK))
     try:
         i = _abi.info(fd)
     except OSError as e:
@@ -102,7 +104,7 @@ def prefetch(path, offset=0, length=0):
     Returns (started, cached, total, next_offset); call again from next_offset
     while it is below the end (the daemon's prefetch budget was full).
     """
-    fd = os.open(path, os.O_RDONLY)
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)  # no whole fetch at open
     try:
         r = _abi.PrefetchReq(abi_version=_abi.ABI, offset=offset, length=length)
         try:
@@ -214,7 +216,7 @@ def load_file(path, device="cuda:0", tensors=None, slices=None, rank=None, world
     import torch
 
     path = os.fspath(path)
-    fd = os.open(path, os.O_RDONLY)
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)  # no whole fetch at open
     slicing = slices is not None or split is not None or rank is not None or world is not None
     header = None
     try:

@@ -157,7 +157,7 @@ def read_fd(fd):
 
 
 def read(path):
-    fd = os.open(path, os.O_RDONLY)
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)  # no whole fetch at open
     try:
         return read_fd(fd)
     finally:

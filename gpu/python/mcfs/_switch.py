@@ -417,7 +417,7 @@ def _open_served(path, cuda):
     """Opens `path` for the fast path: (fd, torch, header), or None when
     _serve() says it cannot serve it (the fd closed then). OSError from the
     open itself goes to the caller."""
-    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK)
     try:
         got = _serve(fd, path, cuda)
     except BaseException:
