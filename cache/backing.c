@@ -15,7 +15,8 @@
  *    put them on disk (full, or dropped).
  *  - Verified before the first hand-out in this mount: cache_disk_pin_file()
  *    reads every block and checks its XXH3 against the index (and again
- *    after any of its blocks changed). A block that fails is dropped and
+ *    after any of its blocks changed), unless this mount wrote every block
+ *    of it (each hashed as it was written). A block that fails is dropped and
  *    fetched again by the next read through the cache; that version gets no
  *    passthrough until it is whole and verified.
  *  - A version handed out is pinned in the disk tier: none of its blocks is

@@ -43,6 +43,7 @@ struct dslot {
 	uint8_t state;		   /* enum dslot_state */
 	bool dirty;		   /* last_use is newer than the index's */
 	bool on_lru;
+	bool old; /* found in the index at start: written by an earlier mount */
 };
 
 /*
@@ -53,6 +54,7 @@ struct dfile {
 	unsigned char id[CACHE_DISK_FILE_ID]; /* the first bytes of its blocks' keys */
 	uint32_t nheld;			      /* slots (not FREE) and victims naming it */
 	bool verified;			      /* every block checked since its last change */
+	uint32_t nold;			      /* its slots written by an earlier mount */
 	uint64_t size;			      /* the version's bytes, once verified */
 	struct dfile *hnext;
 };

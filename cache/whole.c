@@ -234,7 +234,7 @@ void cache_whole_siblings(struct cache *c, const struct cache_file *f)
 	pthread_mutex_lock(&c->whole->lock);
 	fresh = !c->whole->stopping && dir_is_new(c->whole, dir);
 	pthread_mutex_unlock(&c->whole->lock);
-	if (!fresh || cache_list(c, dlen ? dir : "/", &ents, &n, &expires) < 0)
+	if (!fresh || cache_list(c, dir, &ents, &n, &expires) < 0) /* "": the root */
 		return;
 	qsort(ents, n, sizeof(*ents), by_name);
 	cache_disk_get_stats(c->disk, &st);
@@ -246,7 +246,7 @@ void cache_whole_siblings(struct cache *c, const struct cache_file *f)
 		if (!S_ISREG(ents[i].attr.mode) || nlen <= slen ||
 		    strcmp(ents[i].name + nlen - slen, dot) != 0)
 			continue;
-		snprintf(path, sizeof(path), "%s/%s", dir, ents[i].name);
+		snprintf(path, sizeof(path), "%s%s%s", dir, dlen ? "/" : "", ents[i].name);
 		if (strcmp(path, f->path) == 0 || ents[i].attr.size > room)
 			continue;
 		room -= ents[i].attr.size;
@@ -258,9 +258,15 @@ void cache_whole_siblings(struct cache *c, const struct cache_file *f)
 /* Makes one queued file whole, unless it already is. */
 static void run_job(struct cache *c, struct whole_job *j)
 {
+	struct cache_attr a = j->attr;
 	struct cache_file *f;
+	uint64_t expires;
 
-	if (cache_file_get(c, j->path, &j->attr, &f) < 0)
+	/* The version its open will confirm (a listing's may differ: an http
+	 * listing's mtime against the HEAD's ETag). */
+	if (cache_open_confirms(c) && cache_confirm(c, j->path, &a, &expires) < 0)
+		return;
+	if (cache_file_get(c, j->path, &a, &f) < 0)
 		return;
 	if (!cache_file_complete(c, f) && fits(c, f) && fetch_whole(c, f, c->nthreads) == 0) {
 		pthread_mutex_lock(&c->lock);

@@ -180,6 +180,9 @@ void fs_inode_close(struct fs_session *s, fuse_req_t req, fuse_ino_t ino, struct
 /* The cache identity of @ino's current version, as fs_inode_open() but
  * without counting as an open. New reference: drop with cache_file_put(). */
 MCFS_MUST_CHECK int fs_inode_file(struct fs_session *s, fuse_ino_t ino, struct cache_file **f);
+/* As fs_inode_file(), with the version an open would see now (confirmed with
+ * the store unless open_check=ttl), without counting an open. */
+MCFS_MUST_CHECK int fs_inode_file_now(struct fs_session *s, fuse_ino_t ino, struct cache_file **f);
 
 /*
  * Forgets what the store said about @ino, so the next getattr or open asks

@@ -133,9 +133,9 @@ static bool page_cache_mode(struct fs_session *s, struct fs_node *n, const char 
  * @mode (xattrs), as fresh as attr_ttl allows.
  */
 static int open_file(struct fs_session *s, fuse_ino_t ino, struct cache_file **f,
-		     struct fs_open_mode *mode)
+		     struct fs_open_mode *mode, bool confirm)
 {
-	bool changed = false, confirm = mode && cache_open_confirms(s->cache);
+	bool changed = false;
 	struct cache_attr a;
 	char path[4096];
 	struct fs_node *n;
@@ -204,7 +204,7 @@ static int open_file(struct fs_session *s, fuse_ino_t ino, struct cache_file **f
 int fs_inode_open(struct fs_session *s, fuse_ino_t ino, struct cache_file **f,
 		  struct fs_open_mode *mode)
 {
-	return open_file(s, ino, f, mode);
+	return open_file(s, ino, f, mode, cache_open_confirms(s->cache));
 }
 
 void fs_inode_close(struct fs_session *s, fuse_req_t req, fuse_ino_t ino, struct cache_file *f,
@@ -310,7 +310,12 @@ bool fs_inode_cold_direct(struct fs_session *s, struct fs_open_mode *mode)
 
 int fs_inode_file(struct fs_session *s, fuse_ino_t ino, struct cache_file **f)
 {
-	return open_file(s, ino, f, NULL);
+	return open_file(s, ino, f, NULL, false);
+}
+
+int fs_inode_file_now(struct fs_session *s, fuse_ino_t ino, struct cache_file **f)
+{
+	return open_file(s, ino, f, NULL, cache_open_confirms(s->cache));
 }
 
 int fs_inode_resume_open(struct fs_session *s, uint64_t ino, unsigned flags, int backing_id,

@@ -309,8 +309,16 @@ static int handle_publish(struct fs_session *s, struct fs_handle *h, uint64_t wa
 static void open_whole(struct fs_session *s, fuse_ino_t ino)
 {
 	struct cache_file *f;
+	bool complete;
 
 	if (!atomic_load(&s->conn.pt_on) || fs_inode_file(s, ino, &f) < 0)
+		return;
+	/* Whole already (as recorded): nothing to do, and no second request to
+	 * the store. Else the version the open will confirm, which a listing's
+	 * may not be (an http listing's mtime against the HEAD's ETag). */
+	complete = cache_file_complete(s->cache, f);
+	cache_file_put(s->cache, f);
+	if (complete || fs_inode_file_now(s, ino, &f) < 0)
 		return;
 	if (!cache_file_complete(s->cache, f)) {
 		cache_whole_siblings(s->cache, f);

@@ -13,7 +13,10 @@ import hashlib
 import mmap
 import os
 
+import pytest
+
 from conftest import mcfs_mount, wait_for
+from servers import Nginx, have_nginx
 from gen import MiB, drop_caches, write_random
 from test_passthrough import need_passthrough
 
@@ -120,3 +123,28 @@ def test_off_the_default_keeps_cold_opens_as_they_were(tmp):
         st = m.stats()
         assert st["whole_opens"] == 0 and st["passthrough_opens"] == 0, st
         assert st["fuse_reads"] > 0, st
+
+
+def test_http_a_listed_file_is_fetched_in_the_version_its_open_confirms(tmp):
+    """An http listing's version (mtime and size) is not the version a HEAD
+    gives (the ETag): the whole fetch takes the open's, so the open finds it
+    whole and is passthrough, and the bytes are fetched once. Before, a
+    listing before the open made the whole fetch fetch the listing's version:
+    no passthrough, and every byte fetched twice."""
+    need_passthrough()
+    if not have_nginx():
+        pytest.skip("nginx is not installed")
+    names = ["model-%05d-of-00002.safetensors" % i for i in (1, 2)]
+    src = tmp / "src"
+    datas = [write_random(str(src / n), SIZE + i * 8192, seed=250 + i)
+             for i, n in enumerate(names)]
+    with Nginx(str(src), workdir=str(tmp / "nginx")) as ng, \
+            mcfs_mount(ng.url, str(tmp / "mnt"), opts=opts(tmp, "cold_whole=model")) as m:
+        assert sorted(os.listdir(m.p(""))) == names  # the listing first
+        assert sha(mmap_read(m.p(names[0]))) == sha(datas[0])
+        assert wait_for(lambda: m.stats()["whole_background"] == 1, timeout=60), m.stats()
+        assert sha(mmap_read(m.p(names[1]))) == sha(datas[1])
+        st = m.stats()
+        assert st["whole_opens"] == 1 and st["passthrough_opens"] == 2, st
+        assert st["fuse_reads"] == 0, st
+        assert st["store_bytes"] == sum(len(d) for d in datas), st

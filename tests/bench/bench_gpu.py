@@ -18,6 +18,11 @@ Rows (GB/s = 1e9 bytes/s of the data section; medians of --runs):
                           file already in the RAM tier, loaded into cuda:0) beside its
                           next load there, for each --first-ram size, with gpu_prepare
                           off and on (on: after `mcfs status` says every GPU is ready)
+  multi                   every GPU at once (2 or more): the pinned H2D limit of each
+                          GPU alone and of all together; replicas, ranks with whole
+                          tensors and ranks with slices of every tensor (dim 0 and,
+                          strided, dim 1), warm from the RAM tier and cold from nginx
+                          beside the network's limit (tests/bench/gpu_rows.py)
   switch                  safetensors load_file, transformers and diffusers from_pretrained
                           through the mount with the safetensors switch off and on
                           (tests/bench/switch_rows.py)
@@ -47,7 +52,7 @@ from conftest import mcfs_mount  # noqa: E402
 import gpu_rows  # noqa: E402
 import switch_rows  # noqa: E402
 
-SECTIONS = ["basic", "concurrent", "network", "disk", "peers", "switch", "first"]
+SECTIONS = ["basic", "concurrent", "network", "disk", "peers", "switch", "first", "multi"]
 
 
 def log(*a):
@@ -380,6 +385,8 @@ def main():
         "peers": lambda: gpu_rows.peers(row, a, fpath, data_len, want_sums, fs_of),
         "switch": lambda: switch_rows.rows(row, a, src, timed_load, wait_pinned, drop_caches),
         "first": lambda: first_load_rows(a, src, mnt, opts, data_len, row),
+        "multi": lambda: gpu_rows.multi(row, a, src, mnt, opts, wait_pinned, wait_ready,
+                                        pretouch),
     }
     failed = []
     for name in SECTIONS:

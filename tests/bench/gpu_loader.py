@@ -4,7 +4,9 @@ onto the GPU with one library, `--runs` times, and prints one JSON line per
 run (start and end on CLOCK_MONOTONIC, bytes, tensors, and with --sums a
 checksum per tensor). The libraries are used as their documentation shows:
 
-  mcfs             mcfs.load_file(path, device)                     (the file on a mount)
+  mcfs             mcfs.load_file(path, device)                     (the file on a mount;
+                   --rank/--world/--split-dim: rank's slices of every tensor)
+  h2d              no file: a copy of a pinned 1 GiB host buffer    (the PCIe limit)
   safetensors      safetensors.torch.load_file(path, device)
   instanttensor    instanttensor.safe_open(path, "pt", device).tensors()
   fastsafetensors  SafeTensorsFileLoader(None, device, nogds=True).copy_files_to_device()
@@ -30,9 +32,18 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(HERE)), "gpu", "
 import torch  # noqa: E402
 
 
+PLAN = {}  # --rank/--world/--split-dim: a tensor-parallel plan for mcfs
+PINNED = []  # the h2d loader's host buffer, made before the first run
+
+
 def load_mcfs(path, dev, tensors):
     import mcfs
-    return mcfs.load_file(path, device=dev, tensors=tensors), None
+    return mcfs.load_file(path, device=dev, tensors=tensors, **PLAN), None
+
+
+def load_h2d(path, dev, tensors):
+    """Not a file: one copy of a pinned 1 GiB host buffer (the PCIe limit)."""
+    return {"h2d": PINNED[0].to(dev, non_blocking=True)}, None
 
 
 def load_safetensors(path, dev, tensors):
@@ -66,7 +77,7 @@ def load_runai(path, dev, tensors):
         return {k: t for k, t in s.get_tensors()}, None
 
 
-LOADERS = {"mcfs": load_mcfs, "safetensors": load_safetensors,
+LOADERS = {"mcfs": load_mcfs, "h2d": load_h2d, "safetensors": load_safetensors,
            "instanttensor": load_instanttensor, "fastsafetensors": load_fastsafetensors,
            "runai": load_runai}
 
@@ -92,9 +103,18 @@ def main():
     ap.add_argument("--drop-caches", action="store_true")
     ap.add_argument("--sums", action="store_true")
     ap.add_argument("--tensors", nargs="*", default=None)
+    ap.add_argument("--rank", type=int, default=None)
+    ap.add_argument("--world", type=int, default=None)
+    ap.add_argument("--split-dim", type=int, default=None)
     a = ap.parse_args()
+    if a.rank is not None:
+        PLAN.update(rank=a.rank, world=a.world, split={"*": a.split_dim})
     dev = torch.device(a.device)
+    if dev.type == "cuda":
+        torch.cuda.set_device(dev)  # synchronize() below waits for this device
     torch.empty(1, device=dev)  # the CUDA context, before any timing
+    if a.loader == "h2d":
+        PINNED.append(torch.ones(1 << 30, dtype=torch.uint8).pin_memory())
     if a.loader == "mcfs":
         import mcfs  # noqa: F401
         from mcfs._cuda import devbuf_from_ptr

@@ -247,3 +247,123 @@ def peers(row, a, fpath, data_len, want_sums, fs_of):
                                                  "; page cache dropped" if drop else ""))
     finally:
         os.unlink(shm)
+
+
+def make_file_2d(path, size, cols=4096):
+    """bf16 safetensors of ~size bytes: 64 tensors of [rows, cols], random bits,
+    so that slices along dim 1 are strided (a row-parallel weight)."""
+    import torch
+    n = 64
+    rows = max(1, size // n // 2 // cols)
+    per = rows * cols * 2
+    header = {"__metadata__": {"format": "pt"}}
+    for i in range(n):
+        header["layer.%02d.weight" % i] = {"dtype": "BF16", "shape": [rows, cols],
+                                          "data_offsets": [i * per, (i + 1) * per]}
+    h = json.dumps(header).encode()
+    h += b" " * (-len(h) % 8)
+    g = torch.Generator(device="cuda").manual_seed(11)
+    with open(path, "wb") as f:
+        f.write(len(h).to_bytes(8, "little") + h)
+        for i in range(n):
+            t = torch.randint(0, 256, (per,), dtype=torch.uint8, device="cuda", generator=g)
+            f.write(t.cpu().numpy().tobytes())
+    return [k for k in sorted(header) if k != "__metadata__"], n * per
+
+
+def together(devs, args, path, runs):
+    """len(devs) mcfs loaders at once, loader i into devs[i] with args[i], for
+    `runs` rounds: [(seconds from the first start to the last end, bytes as
+    loaded, each rank's seconds)]."""
+    out = []
+    each = [["--device", d] + list(x) for d, x in zip(devs, args)]
+    for res in Loaders("mcfs", path, len(devs), runs, each=each).rounds():
+        t, nb = aggregate(res)
+        out.append((t, nb, ["%.3f" % (r["t1"] - r["t0"]) for r in res]))
+    return out
+
+
+def together_row(row, label, rounds, ref, ref_name):
+    """One row of together()'s rounds: the aggregate, its ratio to `ref` GB/s,
+    and each rank's time in the median round."""
+    ts = [r[0] for r in rounds]
+    mid = rounds[ts.index(sorted(ts)[len(ts) // 2])]
+    for t, _, per in rounds:
+        log("%s: round %.3f s, each %s" % (label, t, " ".join(per)))
+    gbs = mid[1] / mid[0] / 1e9
+    row(label, ts, mid[1], "%.2f of %s; each rank's s (median round): %s"
+        % (gbs / ref, ref_name, "/".join(mid[2])))
+
+
+def multi(row, a, src, mnt, opts, wait_pinned, wait_ready, pretouch):
+    """Issue 24, items 3 and 6: every GPU of the node at once. The pinned H2D
+    limit of each GPU alone and of all at once; then replicas (the whole file
+    into each GPU), ranks with whole tensors (1/N of the tensors each) and
+    ranks with slices of every tensor (along dim 0, contiguous, and dim 1,
+    strided), from the RAM tier (warm), and cold from nginx on loopback with
+    the network's limit (parallel curl) measured in the same run."""
+    import torch
+    import mcfs
+    from servers import Nginx, have_nginx
+    n = torch.cuda.device_count()
+    if n < 2:
+        log("not run: multi (%d GPU here; it needs 2 or more)" % n)
+        return
+    devs = ["cuda:%d" % i for i in range(n)]
+    for d in devs:
+        ts = [aggregate(r)[0] for r in Loaders("h2d", "-", 1, a.runs, each=[["--device", d]])
+              .rounds()]
+        row("multi: pinned H2D limit, %s alone (1 GiB)" % d, ts, 1 << 30)
+    ts = [aggregate(r)[0] for r in Loaders("h2d", "-", n, a.runs,
+                                           each=[["--device", d] for d in devs]).rounds()]
+    row("multi: pinned H2D limit, %d GPUs at once (1 GiB each)" % n, ts, n << 30)
+    limit = n * (1 << 30) / statistics.median(ts) / 1e9
+    name = "model2d.safetensors"
+    fpath = os.path.join(src, name)
+    names, data_len = make_file_2d(fpath, int(a.size_gib * (1 << 30)))
+    modes = [("replicas, the whole file into each GPU", [[] for _ in devs]),
+             ("ranks, whole tensors (1/%d of them each)" % n,
+              [["--tensors"] + names[i::n] for i in range(n)]),
+             ("ranks, slices of every tensor along dim 0",
+              [["--rank", str(i), "--world", str(n), "--split-dim", "0"] for i in range(n)]),
+             ("ranks, slices of every tensor along dim 1 (strided)",
+              [["--rank", str(i), "--world", str(n), "--split-dim", "1"] for i in range(n)])]
+    try:
+        with mcfs_mount(src, mnt, opts=opts, timeout=60) as m:
+            mp = os.path.join(mnt, name)
+            wait_pinned(mp)
+            wait_ready(m)
+            mcfs.load_file(mp, device="cuda:0")  # into the RAM tier
+            torch.cuda.empty_cache()
+            for label, args in modes:
+                together_row(row, "multi, RAM tier: %s" % label,
+                             together(devs, args, mp, a.runs), limit,
+                             "the %d-GPU pinned aggregate" % n)
+        if not have_nginx():
+            log("not run: multi, cold (nginx not installed)")
+            return
+        size = os.path.getsize(fpath)
+        with Nginx(src, workers=a.nginx_workers) as ng:
+            net = 0
+            for clabel, exe, env in curls():
+                ts = []
+                for _ in range(a.runs):
+                    warm(fpath)
+                    ts.append(curl_parallel(exe, env, ng.url + "/" + name, size, 16))
+                row("multi: network limit, 16 processes of %s, ranged GETs to /dev/null"
+                    % clabel, ts, size, "nginx on loopback, its file in the page cache")
+                net = max(net, size / statistics.median(ts) / 1e9)
+            for label, args in modes:
+                rounds = []
+                for _ in range(a.cold_runs):  # a fresh daemon each: its RAM tier empty
+                    with mcfs_mount(ng.url, mnt, opts=opts, timeout=60) as m:
+                        mp = os.path.join(mnt, name)
+                        wait_pinned(mp)
+                        wait_ready(m)
+                        pretouch()
+                        warm(fpath)
+                        rounds += together(devs, args, mp, 1)
+                together_row(row, "multi, cold (http): %s" % label, rounds, net,
+                             "the network limit (the faster curl)")
+    finally:
+        os.unlink(fpath)
