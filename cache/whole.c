@@ -4,7 +4,9 @@
  * reads it from its own version file (passthrough) as fast as a local file;
  * with cold_whole=model the other files of its directory with its suffix (a
  * checkpoint's shards) follow in the background, in name order, so that a
- * loader opening them one after another finds each whole already.
+ * loader opening them one after another finds each whole already. Four
+ * files at a time: the copies into one version file's pages take turns (the
+ * file's lock), so one file at a time falls behind a reader.
  *
  * Why: an mmap reader of a FUSE file faults one read-around window at a
  * time, and even with every page already in the FUSE page cache it ran at
@@ -21,7 +23,7 @@
  *
  * Bounds: a file larger than half the disk tier is not fetched whole (its
  * open reads through the cache). The background takes at most half the
- * fetch threads' warm-up window (a reader's whole fetch comes first) and
+ * fetch threads' warm-up window each (a reader's whole fetch comes first) and
  * queues a directory at most once per WHOLE_DIRS directories, a sibling only
  * while what it queued fits in half the disk tier.
  *
@@ -42,9 +44,10 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#define WHOLE_DIRS 16  /* directories remembered as queued */
-#define WHOLE_ROUNDS 3 /* passes over a file's missing blocks before giving up */
-#define WHOLE_PACE 8   /* blocks between two waits for the disk writers */
+#define WHOLE_DIRS 16	/* directories remembered as queued */
+#define WHOLE_THREADS 4 /* files fetched whole in the background at once */
+#define WHOLE_ROUNDS 3	/* passes over a file's missing blocks before giving up */
+#define WHOLE_PACE 8	/* blocks between two waits for the disk writers */
 
 struct whole_job {
 	struct whole_job *next;
@@ -59,8 +62,8 @@ struct cache_whole {
 	char *dirs[WHOLE_DIRS]; /* directories queued lately (a ring) */
 	unsigned ndir;
 	bool stopping;
-	pthread_t thread;
-	bool started;
+	pthread_t threads[WHOLE_THREADS];
+	unsigned started;
 };
 
 /* True if the disk tier holds block @i of @f whole. No lock held. */
@@ -317,7 +320,9 @@ int cache_whole_open(struct cache *c)
 	pthread_cond_init(&w->work, NULL);
 	c->whole = w;
 	if (strcmp(c->cfg->cold_whole, "model") == 0) {
-		w->started = pthread_create(&w->thread, NULL, whole_thread, c) == 0;
+		while (w->started < WHOLE_THREADS &&
+		       pthread_create(&w->threads[w->started], NULL, whole_thread, c) == 0)
+			w->started++;
 		if (!w->started)
 			MCFS_WARN("cold_whole=model: no background thread; each file is fetched "
 				  "whole at its own open");
@@ -335,9 +340,8 @@ void cache_whole_stop(struct cache *c)
 	w->stopping = true;
 	pthread_cond_broadcast(&w->work);
 	pthread_mutex_unlock(&w->lock);
-	if (w->started)
-		pthread_join(w->thread, NULL);
-	w->started = false;
+	while (w->started)
+		pthread_join(w->threads[--w->started], NULL);
 }
 
 void cache_whole_close(struct cache *c)
