@@ -167,7 +167,8 @@ bool cache_disk_file_put(struct cache_disk *d, const struct cache_meta_key *k)
 
 	if (!f)
 		return false;
-	f->verified = false;
+	/* verified stays: a block leaving makes the version not whole (no pin
+	 * gets it), and the block that comes back resets it (file_get). */
 	if (--f->nheld > 0)
 		return false;
 	for (pp = &d->files[file_bucket(k)]; *pp != f; pp = &(*pp)->hnext)
