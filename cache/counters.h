@@ -179,6 +179,9 @@ enum cache_counter_type {
 	  "passthrough_fallbacks_total", NULL,                                                     \
 	  "Opens of a complete file that went through the cache instead (cached opens of the "     \
 	  "inode, another version open, or the kernel refused the backing file).")                \
+	X(FS, open_files, "open_files", GAUGE, "open_files", NULL,                                 \
+	  "Files open through the mount now: opens whose release has not come yet (the kernel "    \
+	  "sends a release after the last close and unmap, asynchronously).")                      \
 	X(FS, cold_direct_opens, "cold_direct_opens", COUNTER, "cold_direct_opens_total", NULL,    \
 	  "Opens of a file not complete in the cache answered with direct_io (cold_direct_io): "   \
 	  "their reads bypass the page cache.")                                                    \

@@ -244,6 +244,7 @@ static void handle_link(struct fs_session *s, struct fs_handle *h)
 		s->handles->prev = h;
 	s->handles = h;
 	pthread_mutex_unlock(&s->handles_lock);
+	atomic_fetch_add_explicit(&s->open_files, 1, memory_order_relaxed);
 }
 
 /* Unlinks and frees @h: its stream and its file reference. @req (NULL at
@@ -265,6 +266,8 @@ static void handle_free(struct fs_session *s, fuse_req_t req, struct fs_handle *
 	if (h->next)
 		h->next->prev = h->prev;
 	pthread_mutex_unlock(&s->handles_lock);
+	atomic_fetch_sub_explicit(&s->open_files, 1,
+				  memory_order_relaxed); /* linked: every caller */
 	fs_push_close(s, h); /* before the inode's page cache may change hands */
 	fs_inode_close(s, req, h->ino, h->file, &mode);
 	cache_stream_free(h->stream);

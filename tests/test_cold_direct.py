@@ -22,7 +22,7 @@ import os
 
 import pytest
 
-from conftest import mcfs_mount
+from conftest import wait_for, mcfs_mount
 from gen import MiB, rand_bytes
 
 SIZE = 6 * MiB + 12345
@@ -134,6 +134,9 @@ def test_open_beside_a_mapped_cold_open(tmp):
                     assert mm2[:] == data
             st = m.stats()
             assert st["cold_direct_opens"] == 1 and st["passthrough_opens"] == 0, st
+        # the kernel sends the releases after the last close and unmap, on its
+        # own time: the next open is "after both close" once they came
+        assert wait_for(lambda: m.stats()["open_files"] == 0), m.stats()
         with open(m.p("w.bin"), "rb") as f:
             assert f.read() == data
         st = m.stats()
