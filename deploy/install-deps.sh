@@ -22,10 +22,12 @@ build_pkgs=(build-essential cmake pkg-config fuse3 libfuse3-dev libcurl4-openssl
 # prometheus: its promtool checks deploy/prometheus and deploy/grafana
 # (tests/test_alert_rules.py); the server itself is not run. python3-venv:
 # tests/test_packages.py installs the Python package into a venv with pip;
-# man-db: it renders the man page with man -l.
+# man-db: it renders the man page with man -l. systemd-container, debootstrap:
+# tests/test_packages.py boots a Debian under systemd-nspawn and runs the
+# packaged unit there, under a real systemd.
 test_pkgs=(python3-pip python3-venv man-db nginx-light curl attr lmdb-utils procps psmisc
 	swift swift-proxy swift-account swift-container swift-object memcached
-	systemd clang-format prometheus)
+	systemd systemd-container debootstrap clang-format prometheus)
 
 pkgs=("${build_pkgs[@]}")
 [ "$what" = test ] && pkgs+=("${test_pkgs[@]}")

@@ -14,16 +14,24 @@
   new file anywhere under the directories it wrote to.
 - `pip install -e gpu/python` in a venv keeps the safetensors switch: MCFS_SAFETENSORS=1
   loads mcfs at interpreter start from the source tree.
+- the unit under a real systemd: a Debian booted with systemd-nspawn installs the .deb and
+  starts mcfs.service; the mount serves the store's bytes, `systemd-analyze security` is at most
+  5.0, a reader survives a kill -9 of the daemon (systemd's descriptor store) and a stop with a
+  file open ends inactive.
 - deploy/build-libfuse.sh pins libfuse by version and SHA-256: a tarball of another hash is
   refused, and the private libfuse mcfs runs with is that version.
 """
 import glob
 import gzip
+import hashlib
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
+import tempfile
+import time
 
 import pytest
 
@@ -292,3 +300,192 @@ def test_libfuse_pinned_by_version_and_hash(tmp_path):
     if "/opt/mcfs/libfuse/lib" in out and os.path.exists(stamp):
         v = run([MCFS, "--version"]).stdout
         assert re.search(r"^libfuse %s " % re.escape(version), v, re.M), v
+
+
+# ---- the unit under a real systemd (issue 25, item 3) ----------------------------------
+
+NSPAWN_CACHE = "/var/tmp/mcfs-nspawn"  # the Debian trees debootstrap made, kept per machine
+NSPAWN_PATH = "/usr/sbin:/usr/bin:/sbin:/bin"
+
+
+def deb_depends(deb):
+    """The package names a .deb depends on (the first of each alternative)."""
+    fields = run(["dpkg-deb", "-f", deb, "Depends"]).stdout
+    return {d.split("|")[0].split()[0] for d in fields.split(",") if d.strip()}
+
+
+def nspawn_tree(deb):
+    """A Debian of this machine's release with systemd and the package's
+    dependencies (so that `dpkg -i` needs no network), made once per machine by
+    debootstrap and kept under NSPAWN_CACHE, named by what it holds. Containers
+    boot an ephemeral copy of it (systemd-nspawn -x)."""
+    with open("/etc/os-release") as f:
+        m = re.search(r"^VERSION_CODENAME=\"?(\w+)", f.read(), re.M)
+    if not m:
+        pytest.skip("no VERSION_CODENAME in /etc/os-release: debootstrap needs a Debian release")
+    codename = m.group(1)
+    include = sorted({"systemd", "systemd-sysv", "dbus"} | deb_depends(deb))
+    name = hashlib.sha256((codename + " " + ",".join(include)).encode()).hexdigest()[:16]
+    tree = os.path.join(NSPAWN_CACHE, "%s-%s" % (codename, name))
+    if os.path.isfile(os.path.join(tree, "etc", "os-release")) or \
+            os.path.islink(os.path.join(tree, "etc", "os-release")):
+        return tree
+    os.makedirs(NSPAWN_CACHE, mode=0o700, exist_ok=True)
+    part = tempfile.mkdtemp(dir=NSPAWN_CACHE, prefix=".part-")
+    try:
+        r = run(["debootstrap", "--variant=minbase", "--include=" + ",".join(include), codename,
+                 part, "http://deb.debian.org/debian"], timeout=1200)
+        assert r.returncode == 0, "debootstrap %s failed:\n%s" % (codename, (r.stdout + r.stderr)[-4000:])
+        os.rename(part, tree)
+    finally:
+        if os.path.exists(part):
+            shutil.rmtree(part, ignore_errors=True)
+    return tree
+
+
+class Container:
+    """A Debian booted with its own systemd as PID 1 (systemd-nspawn -b) on an
+    ephemeral copy of @tree, with /dev/fuse and the given binds; commands run in
+    it with nsenter. stop() powers it off (and kills it if it will not go)."""
+
+    def __init__(self, tree, binds, log):
+        self.log = log
+        self.proc = subprocess.Popen(
+            ["systemd-nspawn", "--quiet", "--directory", tree, "--ephemeral", "--boot",
+             "--console=read-only", "--register=no", "--keep-unit", "--bind=/dev/fuse"]
+            + ["--bind-ro=%s:%s" % b for b in binds],
+            stdin=subprocess.DEVNULL, stdout=open(log, "wb"), stderr=subprocess.STDOUT,
+            start_new_session=True)
+        self.init = None
+        deadline = time.monotonic() + 120
+        while self.init is None and time.monotonic() < deadline:
+            assert self.proc.poll() is None, "systemd-nspawn exited:\n" + self.output()
+            self.init = self.systemd(self.proc.pid)
+            if self.init is None:
+                time.sleep(0.1)
+        assert self.init, "the container's init did not start:\n" + self.output()
+
+    @staticmethod
+    def systemd(pid):
+        """The container's init once it runs systemd: a descendant of nspawn's."""
+        try:
+            with open("/proc/%d/task/%d/children" % (pid, pid)) as f:
+                kids = [int(k) for k in f.read().split()]
+        except OSError:
+            return None
+        for k in kids:
+            try:
+                with open("/proc/%d/comm" % k) as f:
+                    if f.read().strip() == "systemd":
+                        return k
+            except OSError:
+                continue
+            found = Container.systemd(k)
+            if found:
+                return found
+        return None
+
+    def output(self):
+        with open(self.log, errors="replace") as f:
+            return f.read()[-4000:]
+
+    def sh(self, script, timeout=120, **kw):
+        return run(["nsenter", "-t", str(self.init), "-m", "-u", "-i", "-n", "-p", "-C",
+                    "sh", "-c", script], timeout=timeout,
+                   env={"PATH": NSPAWN_PATH, "LANG": "C.UTF-8"}, **kw)
+
+    def ok(self, script, timeout=120):
+        r = self.sh(script, timeout)
+        assert r.returncode == 0, "%s: exit %d\n%s%s" % (script, r.returncode, r.stdout, r.stderr)
+        return r.stdout
+
+    def stop(self):
+        if self.proc.poll() is None and self.init:
+            try:
+                os.kill(self.init, signal.SIGRTMIN + 4)  # systemd: power off
+            except ProcessLookupError:
+                pass
+            try:
+                self.proc.wait(60)
+            except subprocess.TimeoutExpired:
+                pass
+        if self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait()
+
+
+def test_unit_under_systemd(built, tmp_path):
+    """The packaged unit, as installed by `dpkg -i`, in a Debian booted with
+    systemd as PID 1 (systemd-nspawn): it starts and the mount serves the
+    store's bytes; `systemd-analyze security` rates the unit as systemd loaded
+    it at most 5.0; a reader that holds a file open through a kill -9 of the
+    daemon reads on once systemd restarted it (the descriptor store); and a
+    stop with a file open ends inactive with result success, not failed."""
+    _, deb = built
+    if os.geteuid() != 0:
+        pytest.skip("boots a container with systemd-nspawn: needs root (CI's VM)")
+    for tool in ("systemd-nspawn", "debootstrap", "nsenter"):
+        if not shutil.which(tool):
+            pytest.skip("%s is not installed (deploy/install-deps.sh test: systemd-container, "
+                        "debootstrap, util-linux)" % tool)
+    if not os.path.exists("/dev/fuse"):
+        pytest.skip("no /dev/fuse here")
+    tree = nspawn_tree(deb)
+    models = tmp_path / "models"
+    models.mkdir()
+    data = os.urandom(5 << 20)
+    other = os.urandom(3 << 20)
+    (models / "model.bin").write_bytes(data)
+    (models / "other.bin").write_bytes(other)
+    pkg = tmp_path / "pkg"
+    pkg.mkdir()
+    shutil.copy(deb, str(pkg / "mcfs.deb"))
+    leftovers = set(os.listdir(NSPAWN_CACHE))
+    c = Container(tree, [(str(models), "/srv/models"), (str(pkg), "/pkg")],
+                  str(tmp_path / "console.log"))
+    try:
+        deadline = time.monotonic() + 120
+        while True:  # systemd's bus comes up a moment after it starts
+            r = c.sh("systemctl is-system-running --wait", timeout=120)
+            state = r.stdout.strip()
+            if state or time.monotonic() > deadline:
+                break
+            time.sleep(0.2)
+        assert state in ("running", "degraded"), (state, r.stderr, c.output())
+        c.ok("dpkg -i /pkg/mcfs.deb")
+        # the unit's defaults: /srv/models on /mnt/models; a small RAM tier here
+        c.ok("sed -i 's/^ram_cache *=.*/ram_cache = 64M/; s/^block_size *=.*/block_size = 1M/' "
+             "/etc/mcfs/mcfs.conf")
+        c.ok("systemctl start mcfs")
+        assert c.ok("systemctl is-active mcfs").strip() == "active"
+        c.ok("cmp /srv/models/model.bin /mnt/models/model.bin")
+
+        out = c.ok("systemd-analyze security --no-pager mcfs.service")
+        m = re.search(r"Overall exposure level for mcfs\.service: (\d+\.\d+)", out)
+        assert m and float(m.group(1)) <= 5.0, out[-3000:]
+
+        # other.bin is opened cold (its reads go through the daemon), read in
+        # part, the daemon killed; systemd restarts it, and the reader goes on
+        c.ok("exec 3</mnt/models/other.bin; head -c 1000000 <&3 >/tmp/got; "
+             "systemctl kill -s KILL mcfs; "
+             "i=0; until [ \"$(systemctl show -P NRestarts mcfs)\" = 1 ] && "
+             "systemctl is-active -q mcfs; do i=$((i+1)); [ $i -lt 300 ] || exit 9; "
+             "sleep 0.1; done; cat <&3 >>/tmp/got; cmp /tmp/got /srv/models/other.bin", 120)
+        assert c.ok("systemctl show -P NRestarts mcfs").strip() == "1"
+        assert "resumed the mount's connection" in c.ok("journalctl -u mcfs --no-pager")
+
+        # a stop while a reader holds a file open
+        c.ok("sh -c 'exec 3</mnt/models/model.bin; echo $$ >/tmp/holder; exec sleep 600' "
+             ">/dev/null 2>&1 & i=0; until [ -e /tmp/holder ]; do i=$((i+1)); "
+             "[ $i -lt 100 ] || exit 9; sleep 0.1; done")
+        holder = c.ok("cat /tmp/holder").strip()
+        assert c.ok("readlink /proc/%s/fd/3" % holder).strip() == "/mnt/models/model.bin"
+        c.ok("systemctl stop mcfs")
+        show = c.ok("systemctl show -p ActiveState -p Result mcfs").split()
+        assert sorted(show) == ["ActiveState=inactive", "Result=success"], show
+        c.ok("kill %s" % holder)
+    finally:
+        c.stop()
+        # an ephemeral copy that a killed nspawn left behind
+        for n in set(os.listdir(NSPAWN_CACHE)) - leftovers:
+            shutil.rmtree(os.path.join(NSPAWN_CACHE, n), ignore_errors=True)
