@@ -214,7 +214,9 @@ enum cache_counter_type {
 	  "Shared hits that waited for another node's fetch of the block (its lease).")            \
 	X(CACHE, shared_wait_timeouts, "shared_wait_timeouts", COUNTER,                            \
 	  "shared_wait_timeouts_total", NULL,                                                      \
-	  "Waits for another node's fetch that gave up after shared_wait (fetched here).")         \
+	  "Waits for another node's blocks that ended without them (fetched here): runs taken "    \
+	  "over from a node whose lease showed no progress, blocks not written within twice "      \
+	  "shared_wait.")                                                                          \
 	X(CACHE, shared_puts, "shared_puts", COUNTER, "shared_puts_total", NULL,                   \
 	  "Blocks written to the shared cache.")                                                   \
 	X(CACHE, shared_put_bytes, "shared_put_bytes", COUNTER, "shared_put_bytes_total", NULL,    \
@@ -224,12 +226,6 @@ enum cache_counter_type {
 	X(CACHE, shared_leases, "shared_leases", COUNTER, "shared_leases_total", NULL,            \
 	  "Runs of blocks whose lease this node took: it fetches them from the store and writes "  \
 	  "them, and other nodes wait for them.")                                                   \
-	X(CACHE, shared_early, "shared_early", COUNTER, "shared_early_total", NULL,                \
-	  "Misses fetched from the store while this node, seeming alone, claimed their run in "  \
-	  "the background.")                                                                      \
-	X(CACHE, shared_unasked, "shared_unasked", COUNTER, "shared_unasked_total", NULL,          \
-	  "Misses of a run this node holds, untouched by others, fetched from the store without "  \
-	  "asking the shared cache (counted in shared_misses too).")                               \
 	X(CACHE, shared_put_waits, "shared_put_waits", COUNTER, "shared_put_waits_total", NULL,    \
 	  "Writes of leased blocks that waited for room in the full write queue (the fetch "       \
 	  "thread waits, up to shared_wait).")                                                      \

@@ -4,32 +4,27 @@
  *
  * Reads (shared_read.c): a local miss (a fetch thread, through tiers.c) GETs
  * the block's object; a verified object fills the RAM slot (a hit). A
- * missing one, with shared_wait > 0, asks who fetches it (the lease of its
- * run): this node fetches it from the store and writes it, or waits for the
- * node that does. A corrupt or truncated object is refused (never served),
- * logged, fetched from the store and written over.
+ * missing one asks who fetches it (its run's lease): this node fetches it
+ * from the store and writes it, or waits for the node that does. A corrupt,
+ * truncated or forged object is refused (never served), logged, fetched from
+ * the store and written over.
  *
  * Writes (here): after the store fetch the fetch thread queues the write
  * (cache_shared_put()); writer threads PUT it, first asking with a HEAD
  * whether a racing node wrote it already (not for a block this node holds
- * the lease of: no other node writes it).
+ * the lease of: no other node writes it), and for a leased block write the
+ * run's lease again with the block's bit, which is what waiters watch.
  *
  * The write queue is bounded (each job pins a RAM slot) and a full one drops
  * the write, but for a block this node holds the lease of: other nodes wait
  * for that one, and dropping it would send each of them to the store, so
- * the fetch thread (its readers already answered) waits for room up to
- * shared_wait, as long as the other nodes wait for the block, and gives the
- * lease back if it must drop it after all. On a cluster whose shared cache
- * takes writes slower than the store gives blocks, that wait is what keeps
- * the store's traffic near one copy: measured with 8 nodes on one Swift on 2
- * CPUs (tests/bench/bench_shared.py, 2 GiB), whose PUTs took up to 2.8 s to
- * answer, a wait of shared_timeout (2 s) dropped 41 leased blocks, each read
- * from the store again by a waiter (1.16 times the model); so did a wait that
- * gave up when no writer took a job for shared_timeout (37, 1.17 times).
+ * the fetch thread (its readers already answered) waits for room, up to
+ * shared_wait, and gives the run back if it must drop the block after all
+ * (why that long, measured: docs/benchmarks.md, "The shared tier's clocks").
  *
- * Health: two up/down states, reads (the whole tier) and writes, kept by
- * shared_health.c; every request asks cache_shared_begin() first and reports
- * how it went.
+ * Health: one state (up, read-only, down) and its probe, decided by
+ * shared_lease.c; every request asks cache_shared_ask() first and reports
+ * with cache_shared_tell(), which logs each change in one line.
  *
  * Refuses: to serve bytes it could not authenticate (shared_seal.c: a MAC
  * keyed by the cluster's shared_key_file, which bucket credentials alone do
@@ -53,26 +48,122 @@
 #include <time.h>
 #include <unistd.h>
 
+#define RETRY_S (SHARED_RETRY_NS / 1000000000ull)
+
+/* ---- health ------------------------------------------------------------- */
+
+void cache_shared_sleep(struct cache_shared *sh, uint64_t ns)
+{
+	struct timespec ts;
+	uint64_t t;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	t = (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec + ns;
+	ts.tv_sec = (time_t)(t / 1000000000ull);
+	ts.tv_nsec = (long)(t % 1000000000ull);
+	if (!sh->stopping)
+		(void)pthread_cond_timedwait(&sh->changed, &sh->lock, &ts);
+}
+
+enum shared_ticket cache_shared_ask(struct cache_shared *sh, enum shared_op op)
+{
+	enum shared_ticket t;
+
+	pthread_mutex_lock(&sh->lock);
+	t = shared_health_ask(&sh->health, op, mcfs_now_ns());
+	pthread_mutex_unlock(&sh->lock);
+	return t;
+}
+
+void cache_shared_tell(struct cache_shared *sh, enum shared_ticket t, enum shared_op op, int rc,
+		       const char *what, const char *key, const struct remote_blob_res *res)
+{
+	uint64_t now = mcfs_now_ns(), heard = remote_blob_heard(sh->blob);
+	enum shared_outcome o =
+	    shared_outcome(op, rc, res->status, res->busy, res->quiet, res->unanswered,
+			   heard ? now - heard : UINT64_MAX, sh->timeout_ns);
+	const char *why = res->error[0] ? res->error : "failed";
+	enum shared_state was, is;
+	uint64_t since;
+	bool changed;
+
+	if (o != SHARED_O_OK)
+		shared_count(&sh->errors, 1);
+	pthread_mutex_lock(&sh->lock);
+	was = sh->health.state;
+	since = sh->health.since_ns;
+	changed = shared_health_tell(&sh->health, t, op, o, now);
+	is = sh->health.state;
+	atomic_store(&sh->state, is);
+	pthread_mutex_unlock(&sh->lock);
+	if (!changed) {
+		if (o != SHARED_O_OK)
+			MCFS_DEBUG("shared cache %s: %s %s: %s", sh->name, what, key, why);
+		return;
+	}
+	if (is == SHARED_UP)
+		MCFS_INFO("shared cache %s: %s up again after %.1f s", sh->name,
+			  was == SHARED_DOWN ? "reads" : "writes", (double)(now - since) / 1e9);
+	else if (is == SHARED_DOWN)
+		MCFS_WARN("shared cache %s: down (%s %s: %s); reads go to the store, trying it "
+			  "again every %llu s",
+			  sh->name, what, key, why, RETRY_S);
+	else
+		MCFS_WARN("shared cache %s: refuses writes (%s %s: %s); blocks are read from it "
+			  "but not added, trying again every %llu s",
+			  sh->name, what, key, why, RETRY_S);
+}
+
+/* Ends ticket @t with no answer from the service (no request went, or it
+ * said nothing of writes): a probe stays a question. */
+static void release(struct cache_shared *sh, enum shared_ticket t)
+{
+	pthread_mutex_lock(&sh->lock);
+	(void)shared_health_tell(&sh->health, t, SHARED_OP_WRITE, SHARED_O_BUSY, mcfs_now_ns());
+	pthread_mutex_unlock(&sh->lock);
+}
+
 /* ---- writes ------------------------------------------------------------- */
+
+/*
+ * Block @j of our run is written (@ok) or dropped: the run's lease written
+ * again, with its bit or given back (shared_lease.c says when; the writes of
+ * one run go one at a time, the last carrying every bit).
+ */
+static void progress(struct cache_shared *sh, const struct put_job *j, bool ok)
+{
+	struct remote_blob_res res;
+	struct shared_lease l;
+	bool more;
+
+	pthread_mutex_lock(&sh->lock);
+	more = shared_run_wrote(&sh->runs, j->lkey, j->index, ok, sh->node, mcfs_now_ns(), &l);
+	while (more) {
+		pthread_mutex_unlock(&sh->lock);
+		(void)cache_shared_put_lease(sh, j->lkey, &l, false, &res);
+		pthread_mutex_lock(&sh->lock);
+		more = !l.released && shared_run_published(&sh->runs, j->lkey, sh->node, &l);
+	}
+	pthread_mutex_unlock(&sh->lock);
+}
 
 /* Job @j is not written: counted, and its run given back if ours. */
 static void drop(struct cache_shared *sh, const struct put_job *j)
 {
 	shared_count(&sh->put_drops, 1);
 	if (j->owned)
-		cache_shared_give_back(sh, j->lkey);
+		progress(sh, j, false);
 }
 
 static void write_one(struct cache_shared *sh, const struct put_job *j)
 {
 	unsigned char tr[CACHE_SHARED_TRAILER];
 	struct remote_blob_res res;
+	enum shared_ticket t = cache_shared_ask(sh, SHARED_OP_WRITE);
 	uint64_t size = 0;
-	enum ticket t;
 	int rc;
 
-	t = atomic_load(&sh->rd.state) == H_UP ? cache_shared_begin(&sh->wr) : T_NONE;
-	if (t == T_NONE) {
+	if (t == SHARED_T_NONE) {
 		drop(sh, j);
 		return;
 	}
@@ -80,45 +171,41 @@ static void write_one(struct cache_shared *sh, const struct put_job *j)
 		rc = remote_blob_head(sh->blob, j->key, &size, &res);
 		if (rc == 0 && size == (uint64_t)j->len + CACHE_SHARED_TRAILER) {
 			/* Nothing was written: a probe of refused writes stays a
-			 * question, not an answer (a read-only bucket went "up"
-			 * here, and down at the next PUT, every SHARED_RETRY_S). */
+			 * question, not an answer (a read-only bucket went "up" on
+			 * this, and down at the next PUT, every retry). */
 			shared_count(&sh->put_skips, 1);
-			cache_shared_release(&sh->wr, t);
+			release(sh, t);
 			return;
 		}
-		/* a HEAD that failed only leaves the question open: the PUT's
-		 * answer (a busy service's HEAD may be late where its PUT is not)
-		 * says whether the service is down */
-		if (rc < 0 && rc != -ENOENT)
-			shared_count(&sh->errors, 1);
 	}
 	if (cache_shared_trailer(sh->seal, j->key, j->data, j->len, tr) < 0) {
 		shared_count(&sh->errors, 1);
-		cache_shared_release(&sh->wr, t);
+		release(sh, t);
 		drop(sh, j);
 		return;
 	}
 	rc = remote_blob_put(sh->blob, j->key, j->data, j->len, tr, sizeof(tr), &res);
-	if (rc < 0 && t == T_NORMAL && (res.busy || res.quiet)) {
-		/* Cut by a busy service (shared_health.c), seen in CI: a PUT of a
-		 * loaded Swift silent for shared_timeout. Counted, and sent once
-		 * more while the tier stays up: dropping it would send the next
-		 * node, or this run's waiters, to the store for the block. */
-		cache_shared_write_failed(sh, t, rc, "PUT", j->key, &res);
-		if (atomic_load(&sh->rd.state) != H_UP || atomic_load(&sh->stopping)) {
+	if (rc < 0 && t == SHARED_T_GO && (res.busy || res.quiet)) {
+		/* Cut by a busy service, seen in CI: a PUT of a loaded Swift silent
+		 * for shared_timeout. Sent once more while the tier stays up:
+		 * dropping it would send the next node, or this run's waiters, to
+		 * the store for the block. */
+		cache_shared_tell(sh, t, SHARED_OP_WRITE, rc, "PUT", j->key, &res);
+		if (atomic_load(&sh->state) != SHARED_UP) {
 			drop(sh, j);
 			return;
 		}
 		rc = remote_blob_put(sh->blob, j->key, j->data, j->len, tr, sizeof(tr), &res);
 	}
+	cache_shared_tell(sh, t, SHARED_OP_WRITE, rc, "PUT", j->key, &res);
 	if (rc < 0) {
-		cache_shared_write_failed(sh, t, rc, "PUT", j->key, &res);
 		drop(sh, j);
 		return;
 	}
 	shared_count(&sh->puts, 1);
 	shared_count(&sh->put_bytes, j->len);
-	cache_shared_went_well(sh, &sh->wr, t);
+	if (j->owned)
+		progress(sh, j, true);
 }
 
 static void *writer_thread(void *arg)
@@ -149,80 +236,53 @@ static void *writer_thread(void *arg)
 	return NULL;
 }
 
-/*
- * Waits for room in the queue, up to shared_wait: for a block whose lease
- * this node holds, other nodes are waiting, that long; dropping it would send
- * each of them to the store. Called (and returns) with sh->lock held; the
- * caller's readers were answered before. Sleeps on sh->room (sh->lock) until
- * a writer takes a job, the tier closes, or the time is up.
- */
-static void wait_for_room(struct cache_shared *sh)
+/* Takes writes now, or may probe them? (lock held) */
+static bool writable(const struct cache_shared *sh)
 {
-	struct timespec ts = cache_shared_deadline(sh->wait_s);
+	const struct shared_health *h = &sh->health;
 
-	while (!sh->closing && sh->qn == sh->qmax &&
-	       pthread_cond_timedwait(&sh->room, &sh->lock, &ts) == 0)
-		;
+	return h->state == SHARED_UP ||
+	       (h->state == SHARED_READ_ONLY && !h->probing && mcfs_now_ns() >= h->probe_ns);
 }
 
 int cache_shared_put(struct cache_shared *sh, const struct cache_shared_block *blk,
 		     const void *data, enum cache_shared_got got, void *arg)
 {
-	char key[CACHE_SHARED_KEY_MAX], lkey[SHARED_LEASE_KEY_MAX] = "";
-	bool owned = got == CACHE_SHARED_OWNED, early = false;
-	bool leased_miss = got == CACHE_SHARED_MISS && sh->wait_s > 0; /* its run may be ours */
-	struct put_job *j;
+	struct put_job job = {.data = data, .len = blk->len, .arg = arg};
+	struct timespec ts;
+	int rc = 0;
 
-	if (cache_shared_key(sh->store, sh->bs, blk, key, sizeof(key)) < 0 ||
-	    ((owned || leased_miss) && cache_shared_lease_key(sh, blk, lkey, sizeof(lkey)) < 0)) {
+	job.owned = got == CACHE_SHARED_OWNED;
+	job.check = got == CACHE_SHARED_MISS;
+	job.index = blk->index % sh->run_blocks;
+	if (cache_shared_key(sh->store, sh->bs, blk, job.key, sizeof(job.key)) < 0 ||
+	    (job.owned && cache_shared_lease_key(sh, blk, job.lkey, sizeof(job.lkey)) < 0)) {
 		shared_count(&sh->put_drops, 1);
 		return -ENOTCONN;
 	}
-	/* fetched while this node claimed its run (early): written as the run's
-	 * lease says, once it is ours; until the claim's answer, as likely ours
-	 * (waits for room), but with a HEAD first */
 	pthread_mutex_lock(&sh->lock);
-	if (leased_miss) {
-		enum run_state st = cache_shared_run_now(sh, lkey);
-
-		owned = st == RUN_OURS;
-		early = st == RUN_CLAIMING;
-		if (owned)
-			got = CACHE_SHARED_OWNED;
-	}
-	if (!owned)
-		lkey[0] = '\0';
-	if (atomic_load(&sh->rd.state) != H_UP || (atomic_load(&sh->wr.state) == H_DOWN &&
-						   mcfs_now_ns() < atomic_load(&sh->wr.retry_ns))) {
-		pthread_mutex_unlock(&sh->lock);
-		shared_count(&sh->put_drops, 1);
-		if (owned)
-			cache_shared_give_back(sh, lkey);
-		return -ENOTCONN;
-	}
-	if ((owned || early) && sh->qn == sh->qmax) {
+	if (job.owned && sh->qn == sh->qmax && writable(sh)) {
+		/* other nodes wait for this block: wait for room, as long as they would */
 		shared_count(&sh->put_waits, 1);
-		wait_for_room(sh);
+		clock_gettime(CLOCK_MONOTONIC, &ts);
+		ts.tv_sec += (time_t)(sh->wait_ns / 1000000000ull);
+		while (!sh->closing && sh->qn == sh->qmax &&
+		       pthread_cond_timedwait(&sh->room, &sh->lock, &ts) == 0)
+			;
 	}
-	if (sh->closing || sh->qn == sh->qmax) {
-		pthread_mutex_unlock(&sh->lock);
-		shared_count(&sh->put_drops, 1);
-		if (owned)
-			cache_shared_give_back(sh, lkey);
-		return -EAGAIN;
+	if (!writable(sh))
+		rc = -ENOTCONN;
+	else if (sh->closing || sh->qn == sh->qmax)
+		rc = -EAGAIN;
+	if (rc == 0) {
+		sh->q[(sh->qhead + sh->qn) % sh->qmax] = job;
+		sh->qn++;
+		pthread_cond_signal(&sh->work);
 	}
-	j = &sh->q[(sh->qhead + sh->qn) % sh->qmax];
-	memcpy(j->key, key, sizeof(key));
-	memcpy(j->lkey, lkey, sizeof(lkey));
-	j->data = data;
-	j->len = blk->len;
-	j->check = got == CACHE_SHARED_MISS;
-	j->owned = owned;
-	j->arg = arg;
-	sh->qn++;
-	pthread_cond_signal(&sh->work);
 	pthread_mutex_unlock(&sh->lock);
-	return 0;
+	if (rc < 0)
+		drop(sh, &job);
+	return rc;
 }
 
 /* ---- life --------------------------------------------------------------- */
@@ -262,16 +322,16 @@ static int probe(struct cache_shared *sh, const struct cfg *cfg)
 	}
 	if (rc < 0) {
 		MCFS_WARN("shared cache %s: not reachable (%s); reads go to the store, trying it "
-			  "again every %d s",
-			  sh->name, res.error[0] ? res.error : "no answer", SHARED_RETRY_S);
-		atomic_store(&sh->rd.state, H_DOWN);
-		sh->rd.since_ns = mcfs_now_ns();
-		atomic_store(&sh->rd.retry_ns, sh->rd.since_ns + SHARED_RETRY_S * NS_PER_S);
+			  "again every %llu s",
+			  sh->name, res.error[0] ? res.error : "no answer", RETRY_S);
+		(void)shared_health_tell(&sh->health, SHARED_T_GO, SHARED_OP_READ, SHARED_O_DOWN,
+					 mcfs_now_ns());
+		atomic_store(&sh->state, sh->health.state);
 		return 0;
 	}
-	MCFS_INFO("shared cache %s: up (%u writes queued at most; waits up to %g s for blocks "
-		  "other nodes fetch)",
-		  sh->name, sh->qmax, sh->wait_s);
+	MCFS_INFO("shared cache %s: up (%u writes queued at most; waits for blocks other nodes "
+		  "fetch while their leases show progress within %g s)",
+		  sh->name, sh->qmax, cfg->shared_wait);
 	return 0;
 }
 
@@ -281,9 +341,7 @@ static void free_shared(struct cache_shared *sh)
 	cache_shared_seal_free(sh->seal);
 	pthread_mutex_destroy(&sh->lock);
 	pthread_cond_destroy(&sh->work);
-	pthread_cond_destroy(&sh->runs_changed);
-	pthread_cond_destroy(&sh->claims);
-	pthread_cond_destroy(&sh->stop_cond);
+	pthread_cond_destroy(&sh->changed);
 	pthread_cond_destroy(&sh->room);
 	free(sh->q);
 	free(sh);
@@ -301,23 +359,22 @@ int cache_shared_open(const struct cfg *cfg, const char *store, uint64_t bs, uns
 		return -ENOMEM;
 	snprintf(sh->store, sizeof(sh->store), "%s", store);
 	sh->bs = bs;
-	sh->wait_s = cfg->shared_wait;
-	sh->run_blocks = MCFS_MAX(1, cfg->shared_run / bs);
-	sh->timeout_s = cfg->shared_timeout;
+	sh->wait_ns = (uint64_t)(cfg->shared_wait * 1e9);
+	sh->run_blocks = MCFS_MAX(1, MCFS_MIN(SHARED_RUN_MAX, cfg->shared_run / bs));
+	sh->timeout_ns = (uint64_t)(cfg->shared_timeout * 1e9);
 	sh->done = done;
 	sh->ctx = ctx;
 	sh->qmax = MCFS_MAX(1, queue_max);
-	sh->rd.what = "reads";
-	sh->wr.what = "writes";
-	cache_shared_lease_init(sh);
+	shared_health_init(&sh->health, mcfs_now_ns());
+	atomic_store(&sh->state, SHARED_UP);
+	/* a waiter looks at a held lease four times per shared_wait, at least */
+	shared_runs_init(&sh->runs, sh->wait_ns, MCFS_MIN(SHARED_LOOK_NS, sh->wait_ns / 4));
 	make_node_id(sh->node, sizeof(sh->node));
 	pthread_mutex_init(&sh->lock, NULL);
 	pthread_cond_init(&sh->work, NULL);
-	pthread_cond_init(&sh->runs_changed, NULL);
-	pthread_cond_init(&sh->claims, NULL);
 	pthread_condattr_init(&ca);
 	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-	pthread_cond_init(&sh->stop_cond, &ca);
+	pthread_cond_init(&sh->changed, &ca);
 	pthread_cond_init(&sh->room, &ca);
 	pthread_condattr_destroy(&ca);
 	sh->q = calloc(sh->qmax, sizeof(*sh->q));
@@ -333,10 +390,6 @@ int cache_shared_open(const struct cfg *cfg, const char *store, uint64_t bs, uns
 		if (rc == 0)
 			sh->nwriters++;
 	}
-	if (rc == 0 && sh->wait_s > 0) {
-		rc = -pthread_create(&sh->claimer, NULL, cache_shared_claimer, sh);
-		sh->claimer_on = rc == 0;
-	}
 	if (rc < 0) {
 		cache_shared_close(sh);
 		return rc;
@@ -350,8 +403,8 @@ void cache_shared_stop(struct cache_shared *sh)
 	if (!sh)
 		return;
 	pthread_mutex_lock(&sh->lock);
-	atomic_store(&sh->stopping, true);
-	pthread_cond_broadcast(&sh->stop_cond);
+	sh->stopping = true;
+	pthread_cond_broadcast(&sh->changed);
 	pthread_mutex_unlock(&sh->lock);
 }
 
@@ -366,12 +419,9 @@ void cache_shared_close(struct cache_shared *sh)
 	sh->closing = true;
 	pthread_cond_broadcast(&sh->work);
 	pthread_cond_broadcast(&sh->room);
-	pthread_cond_broadcast(&sh->claims);
 	pthread_mutex_unlock(&sh->lock);
 	for (i = 0; i < sh->nwriters; i++)
 		pthread_join(sh->writers[i], NULL);
-	if (sh->claimer_on)
-		pthread_join(sh->claimer, NULL);
 	free_shared(sh);
 }
 
@@ -386,9 +436,7 @@ void cache_shared_get_stats(struct cache_shared *sh, struct cache_stats *out)
 		out->shared_state = 0;
 		return;
 	}
-	out->shared_state = atomic_load(&sh->rd.state) == H_DOWN   ? 2
-			    : atomic_load(&sh->wr.state) == H_DOWN ? 3
-								   : 1;
+	out->shared_state = (uint64_t)atomic_load(&sh->state);
 	out->shared_hits = load(&sh->hits);
 	out->shared_misses = load(&sh->misses);
 	out->shared_read_bytes = load(&sh->read_bytes);
@@ -400,8 +448,6 @@ void cache_shared_get_stats(struct cache_shared *sh, struct cache_stats *out)
 	out->shared_put_drops = load(&sh->put_drops);
 	out->shared_leases = load(&sh->leases);
 	out->shared_put_waits = load(&sh->put_waits);
-	out->shared_early = load(&sh->early);
-	out->shared_unasked = load(&sh->unasked);
 	out->shared_corrupt = load(&sh->corrupt);
 	out->shared_unauthentic = load(&sh->unauthentic);
 	out->shared_errors = load(&sh->errors);

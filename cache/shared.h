@@ -16,31 +16,20 @@
  *    A refused block never reaches the RAM slot's readers or the disk tier.
  *  - Reads never wait on a silent tier for long: one attempt per request,
  *    cut when the service sent nothing for shared_timeout (cache/remote/
- *    blob.c has the clocks: a busy service that answers other requests
- *    meanwhile is waited for, up to 10 times shared_timeout). A service
- *    silent for twice shared_timeout, refusing the connection or answering
- *    5xx takes the tier down (one log line); while down, no request is sent
- *    (reads go to the store) but one probe every SHARED_RETRY seconds, whose
- *    success brings it up (one line). A request cut while the service
- *    answered others sends its read to the store and changes no state. A
- *    tier that refuses writes (full, read-only credentials, or slower than
- *    10 times shared_timeout to store a block) still serves reads, and has
- *    its own up/down for writes, which only a write the service takes
- *    brings up (a HEAD that finds the block written already is no answer:
- *    a read-only bucket is reported once, not every SHARED_RETRY_S).
+ *    blob.c has the clocks). One health state (up, read-only, down) with one
+ *    probe every 5 s while not up, one log line per change (shared_lease.h).
  *  - Writes (cache_shared_put()) go through a bounded queue to writer
  *    threads, after the block's readers were answered. A full queue drops
- *    the block (counted), but for a block whose lease this node holds (other
- *    nodes wait for it): that one waits for room up to shared_wait, and if
- *    dropped all the same, its lease is given back; so is the lease of one
- *    whose write failed.
- *  - Leases (shared_wait > 0): of the nodes that miss a block at once, one
- *    fetches it from the store and writes it; the others wait for it in the
- *    shared cache, up to shared_wait seconds, then fetch it themselves. The
- *    lease is an object beside the block, last writer wins: best effort,
- *    so a race costs a duplicate store read, never a wrong byte. A lease's
- *    age is the service's to say (the Date of the answer that brought it,
- *    less its Last-Modified: one clock), so the nodes' clocks need not agree.
+ *    the block (counted), but for a block whose lease this node holds: that
+ *    one waits for room up to shared_wait, and if dropped all the same, its
+ *    run is given back; so is the run of a block whose write failed.
+ *  - Leases (shared_wait > 0), one per run of shared_run bytes: of the nodes
+ *    that miss a run at once, one fetches it from the store and writes it,
+ *    naming each block written in the lease; the others wait for the blocks
+ *    the lease names, and take the run over when it names no new one for
+ *    shared_wait. Best effort: a race costs a duplicate store read, never a
+ *    wrong byte. A lease's age is the service's to say (Date less
+ *    Last-Modified), so the nodes' clocks need not agree.
  *
  * Lock: sh->lock (private) guards the write queue and the state changes; a
  * leaf, never held across a request or the done callback. The counters are
@@ -164,8 +153,9 @@ void cache_shared_close(struct cache_shared *sh);
 
 /*
  * Looks for @blk (a whole block) and, when found and verified, puts its
- * blk->len bytes in @buf. May wait up to shared_wait for another node's
- * fetch of it. @buf must hold blk->len bytes. Returns what it found.
+ * blk->len bytes in @buf. May wait for another node's fetch of it while that
+ * node's lease shows progress (shared_wait without). @buf must hold blk->len
+ * bytes. Returns what it found.
  */
 enum cache_shared_got cache_shared_get(struct cache_shared *sh,
 				       const struct cache_shared_block *blk, void *buf);

@@ -1,7 +1,7 @@
 /*
  * shared_test.c - unit test of how the shared block tier names and seals a
  * block (shared_key.c, shared_seal.c) and judges a lease's age
- * (shared_read.c): one block, one name, on every node and every run;
+ * (shared_lease.c): one block, one name, on every node and every run;
  * another store, file, version, size, block size or index, another name; a
  * name that is a safe S3 key of bounded length whatever the path holds; a
  * trailer that accepts its own block and refuses a flipped byte, a truncated
@@ -251,42 +251,32 @@ static void test_key_file(void)
 
 /*
  * A lease's age is the service's Date less its Last-Modified, whatever the
- * writer's clock (the body's time) and this node's say: nodes whose clocks are
- * an hour apart judge one lease alike. Without the service's clock, the old
- * rule: the body's time against this node's.
+ * nodes' clocks say: nodes whose clocks are an hour apart judge one lease
+ * alike (no node's clock enters). Without the service's clock, the age is
+ * unknown and the lease held: a waiter's no-progress clock ends it
+ * (shared_lease_test.c).
  */
 static void test_lease_age(void)
 {
 	const int64_t s = 1000000000;	   /* ns */
 	const int64_t lm = 1767225600 * s; /* the lease's Last-Modified: 2026-01-01 */
-	const uint64_t hour = 3600 * 1000, body = 1767225600ull * 1000;
-	const double wait = 10;
+	const uint64_t wait = 10 * (uint64_t)s;
+	struct shared_lease l = {.node = "other"};
 
-	/* written 3 s ago by the service's clock: held, whatever the clocks of the
-	 * writer and of this node say (an hour behind, an hour ahead, the same) */
-	CHECK(cache_shared_lease_fresh(lm + 3 * s, lm, body - hour, body + 3000, wait),
-	      "a writer an hour behind: taken for expired");
-	CHECK(cache_shared_lease_fresh(lm + 3 * s, lm, body + hour, body + 3000, wait),
-	      "a writer an hour ahead");
-	CHECK(cache_shared_lease_fresh(lm + 3 * s, lm, body, body + 3000 - hour, wait),
-	      "this node an hour behind");
-	CHECK(cache_shared_lease_fresh(lm + 3 * s, lm, body, body + 3000 + hour, wait),
-	      "this node an hour ahead");
-	/* 20 s old by the service's clock: expired, though the body and this node agree it is new
-	 */
-	CHECK(!cache_shared_lease_fresh(lm + 20 * s, lm, body, body, wait),
-	      "an expired lease held by the writer's clock");
+	CHECK(shared_lease_age(lm + 3 * s, lm) == 3 * (uint64_t)s);
+	CHECK(shared_lease_holder(0, &l, shared_lease_age(lm + 3 * s, lm), "me", wait) == 0,
+	      "3 s old: taken for expired");
 	/* to the second: shared_wait and a second's rounding held, beyond that not */
-	CHECK(cache_shared_lease_fresh(lm + 10 * s, lm, 0, 0, wait), "10 s of 10");
-	CHECK(!cache_shared_lease_fresh(lm + 11 * s, lm, 0, 0, wait), "11 s of 10");
-	CHECK(cache_shared_lease_fresh(lm - 1 * s, lm, 0, 0, wait), "a second early (rounding)");
-	CHECK(!cache_shared_lease_fresh(lm - 60 * s, lm, 0, 0, wait), "a minute in the future");
-	/* no Date (or no Last-Modified): the writer's clock against this node's */
-	CHECK(cache_shared_lease_fresh(0, lm, body, body + 3000, wait), "no Date, 3 s");
-	CHECK(!cache_shared_lease_fresh(0, lm, body, body + 20000, wait), "no Date, 20 s");
-	CHECK(!cache_shared_lease_fresh(lm + 3 * s, 0, body, body + 20000, wait),
-	      "no Last-Modified, 20 s");
-	CHECK(!cache_shared_lease_fresh(0, 0, body + 20000, body, wait), "no Date, 20 s ahead");
+	CHECK(shared_lease_holder(0, &l, shared_lease_age(lm + 11 * s, lm), "me", wait) == 0,
+	      "11 s of 10");
+	CHECK(shared_lease_holder(0, &l, shared_lease_age(lm + 12 * s, lm), "me", wait) == -ENOENT,
+	      "12 s of 10");
+	CHECK(shared_lease_holder(0, &l, shared_lease_age(lm - 1 * s, lm), "me", wait) == 0,
+	      "a second early (rounding)");
+	/* no Date or no Last-Modified: held; ours is ours */
+	CHECK(shared_lease_age(0, lm) == UINT64_MAX && shared_lease_age(lm, 0) == UINT64_MAX);
+	CHECK(shared_lease_holder(0, &l, UINT64_MAX, "me", wait) == 0);
+	CHECK(shared_lease_holder(0, &l, UINT64_MAX, "other", wait) == 1);
 }
 
 int main(void)

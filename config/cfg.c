@@ -268,12 +268,13 @@ static const struct key keys[] = {
      "1 to 4096; blocks waiting to be written to the shared cache (more are dropped, but "
      "for blocks other nodes wait for; at most a quarter of the RAM tier's slots)"},
     {"shared_wait", KEY_DOUBLE, F(shared_wait), 0, 3600, NULL,
-     "seconds, 0 to 3600; how long a node waits for a block another node is fetching "
-     "from the store (0 = never: every node that misses fetches it)"},
+     "seconds, 0 to 3600; how long another node's lease on a run may show no new block "
+     "before a waiting node takes the run over and fetches it itself (a dead node, or one "
+     "that holds and does not write); 0 = no leases: every node that misses fetches"},
     {"shared_run", KEY_SIZE, F(shared_run), 1 * MiB, 64.0 * GiB, NULL,
-     "1M to 64G; the bytes of a file one lease covers (whole blocks, at least one): one node "
-     "fetches a run's blocks and the others wait for them; every node of a cluster should "
-     "use the same"},
+     "1M to 64G; the bytes of a file one lease covers (whole blocks, at least one, at most "
+     "256): one node fetches a run's blocks and the others wait for them; every node of a "
+     "cluster should use the same"},
     {"metrics", KEY_STR, F(metrics), 0, 0, check_hostport,
      "host:port for Prometheus metrics, e.g. 127.0.0.1:9464 (empty = off)"},
     {"log_level", KEY_LEVEL, F(log_level), 0, 0, NULL,

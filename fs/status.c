@@ -76,10 +76,10 @@ static void print_shared(const struct cache_stats *cs)
 	       (unsigned long long)cs->shared_errors, (unsigned long long)cs->shared_corrupt,
 	       (unsigned long long)cs->shared_unauthentic);
 	printf("              %llu runs leased (fetched here for the cluster), %llu of their "
-	       "writes waited for room in the queue; %llu blocks fetched while claiming, "
-	       "%llu without asking (runs held here)\n",
+	       "writes waited for room in the queue; %llu taken over from a node that made "
+	       "no progress\n",
 	       (unsigned long long)cs->shared_leases, (unsigned long long)cs->shared_put_waits,
-	       (unsigned long long)cs->shared_early, (unsigned long long)cs->shared_unasked);
+	       (unsigned long long)cs->shared_wait_timeouts);
 }
 
 static void print_status(const char *mnt, const struct fs_stats *st)

@@ -5,9 +5,11 @@
  * knows nothing of it.
  *
  * It is configured by the shared_* keys (endpoint, region, credentials,
- * addressing, timeout) and reuses the store's fetch layer (fetch.c: its
- * connection pool, SigV4 signing, the translation of HTTP status into errno)
- * with its own pool and its own limits: every request is one attempt, and
+ * addressing, timeout), read once at open, and builds its requests as the s3
+ * store does (s3.c: struct remote_s3_bucket, the URL, addressing and SigV4
+ * signing) over the store's fetch layer (fetch.c: the translation of HTTP
+ * status into errno), with a pool of its own and its own limits: every
+ * request is one attempt, and
  * shared_timeout bounds its time without progress (blob.c says which clock
  * each request runs), since a tier that is down must cost a read little; the
  * caller goes to the store instead. A transfer that moves, however slowly,
@@ -102,10 +104,12 @@ MCFS_MUST_CHECK int remote_blob_put(struct remote_blob *b, const char *key, cons
 
 /*
  * PUT of a small object (a lease, on a read's way): as remote_blob_put(), but
- * the service's silence cuts it also once its body is sent.
+ * the service's silence cuts it also once its body is sent. With @if_absent,
+ * sent with If-None-Match: *: -ESTALE (412) when the object exists, -EIO with
+ * res->status 501 when the service takes no conditional PUT (Swift's s3api).
  */
 MCFS_MUST_CHECK int remote_blob_put_small(struct remote_blob *b, const char *key, const void *body,
-					  size_t len, struct remote_blob_res *res);
+					  size_t len, bool if_absent, struct remote_blob_res *res);
 
 /* HEAD of @key: 0 with its size in *size, -ENOENT, -EACCES, -EIO. */
 MCFS_MUST_CHECK int remote_blob_head(struct remote_blob *b, const char *key, uint64_t *size,

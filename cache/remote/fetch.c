@@ -74,8 +74,8 @@
 #define UNSIGNED_PAYLOAD "UNSIGNED-PAYLOAD"
 
 struct remote_fetch {
-	struct remote *r; /* counters and cfg, borrowed */
-	CURLSH *share;	  /* DNS and TLS sessions, shared by all handles */
+	struct remote_fetch_conf conf; /* settings and counters (these borrowed) */
+	CURLSH *share;		       /* DNS and TLS sessions, shared by all handles */
 	pthread_mutex_t share_locks[CURL_LOCK_DATA_LAST];
 	pthread_mutex_t lock; /* guards idle, n_idle, cap_idle */
 	CURL **idle;	      /* handles not in use; their connections stay open */
@@ -130,7 +130,22 @@ static void share_unlock(CURL *h, curl_lock_data data, void *user)
 	pthread_mutex_unlock(&f->share_locks[data]);
 }
 
-int remote_fetch_new(struct remote *r, struct remote_fetch **out)
+void remote_fetch_conf_of(struct remote *r, struct remote_fetch_conf *out)
+{
+	const struct cfg *cfg = r->cfg;
+
+	memset(out, 0, sizeof(*out));
+	out->connect_timeout = cfg->connect_timeout;
+	out->timeout = cfg->timeout;
+	out->stall_timeout = cfg->stall_timeout;
+	out->retries = cfg->retries;
+	out->tls_verify = cfg->tls_verify;
+	snprintf(out->ca_file, sizeof(out->ca_file), "%s", cfg->ca_file);
+	out->requests = &r->requests;
+	out->retried = &r->retries;
+}
+
+int remote_fetch_new(const struct remote_fetch_conf *conf, struct remote_fetch **out)
 {
 	struct remote_fetch *f;
 	int i;
@@ -143,7 +158,7 @@ int remote_fetch_new(struct remote *r, struct remote_fetch **out)
 	f = calloc(1, sizeof(*f));
 	if (!f)
 		return -ENOMEM;
-	f->r = r;
+	f->conf = *conf;
 	pthread_mutex_init(&f->lock, NULL);
 	for (i = 0; i < CURL_LOCK_DATA_LAST; i++)
 		pthread_mutex_init(&f->share_locks[i], NULL);
@@ -528,7 +543,7 @@ static struct curl_slist *add_header(struct curl_slist *l, const char *name, con
 static int setup(struct remote_fetch *f, CURL *h, const struct remote_req *req, struct xfer *x,
 		 struct curl_slist **hdrs, char *range, size_t rangelen)
 {
-	const struct cfg *cfg = f->r->cfg;
+	const struct remote_fetch_conf *cfg = &f->conf;
 	char sigparam[128];
 	bool ok = true;
 	long low_time = (long)(cfg->timeout + 0.999);
@@ -683,7 +698,7 @@ int remote_fetch_do(struct remote_fetch *f, const struct remote_req *req, struct
 {
 	static _Thread_local unsigned seed;
 	char errbuf[CURL_ERROR_SIZE], range[64], range_log[64], what[REMOTE_URL_MAX];
-	unsigned attempt, max_attempts = f->r->cfg->retries + 1;
+	unsigned attempt, max_attempts = f->conf.retries + 1;
 	struct curl_slist *hdrs = NULL;
 	struct xfer x = {.req = req, .resp = resp};
 	CURLcode cc = CURLE_OK;
@@ -712,8 +727,10 @@ int remote_fetch_do(struct remote_fetch *f, const struct remote_req *req, struct
 
 			MCFS_DEBUG("%s %s: retry %u in %u ms", req->method, what, attempt, ms);
 			sleep_ms(ms);
-			remote_count(&f->r->retries, 1);
-			remote_count(&f->r->requests, 1);
+			if (f->conf.retried)
+				remote_count(f->conf.retried, 1);
+			if (f->conf.requests)
+				remote_count(f->conf.requests, 1);
 		}
 		errbuf[0] = '\0';
 		reset_resp(resp);
@@ -732,7 +749,7 @@ int remote_fetch_do(struct remote_fetch *f, const struct remote_req *req, struct
 			/* not the server's answer: a dead flow. Name it, then try a new one. */
 			snprintf(errbuf, sizeof(errbuf),
 				 "stalled: no byte for %.1f s after %zu bytes of the answer",
-				 f->r->cfg->stall_timeout, req->len ? resp->got : resp->body_len);
+				 f->conf.stall_timeout, req->len ? resp->got : resp->body_len);
 			if (attempt + 1 >= max_attempts)
 				break;
 			if (!req->quiet)

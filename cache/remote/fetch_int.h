@@ -6,8 +6,8 @@
  * its own connections alive between requests, so a handle taken from the pool
  * usually reuses a warm TCP (and TLS) connection; the handles share one DNS and
  * TLS-session cache. Every request goes through remote_fetch_do(), which owns:
- *  - timeouts (cfg->connect_timeout; cfg->timeout of no progress; the shared
- *    tier's clocks, below);
+ *  - timeouts (the pool's struct remote_fetch_conf: connect_timeout; timeout
+ *    of no progress; the shared tier's clocks, below);
  *  - retries with exponential backoff and jitter, on timeouts, resets, refused
  *    connections, 5xx and 429, never on other 4xx;
  *  - the one translation of CURLcode and HTTP status into a negative errno
@@ -30,7 +30,7 @@
  *  - PUT of a body held in memory (the shared block tier's writes, blob.c),
  *    sent from the caller's buffers without a copy.
  * Proxy settings come from the environment (libcurl's default), TLS is
- * verified unless cfg->tls_verify is off. Credentials travel only through
+ * verified unless the pool's tls_verify is off. Credentials travel only through
  * CURLOPT_USERNAME/PASSWORD (SigV4) and never reach a log line.
  *
  * Threads: remote_fetch_do() may be called from many threads at once; the pool
@@ -45,6 +45,7 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+#include "net_int.h"
 #include "remote_int.h"
 
 #define REMOTE_URL_MAX 4096
@@ -144,11 +145,27 @@ struct remote_resp {
 	bool quiet, busy, unanswered;
 };
 
+/* A pool's settings: the clocks, retries and TLS of one service's requests. */
+struct remote_fetch_conf {
+	double connect_timeout; /* seconds to connect */
+	double timeout;		/* seconds without a byte before the answer begins */
+	double stall_timeout;	/* seconds without a byte once it flows; 0 = off */
+	unsigned retries;	/* attempts after the first */
+	bool tls_verify;
+	char ca_file[CFG_STR_MAX]; /* "" = the system's */
+	/* bumped for each retry (both) when set; relaxed; borrowed for the pool's life */
+	_Atomic uint64_t *requests, *retried;
+};
+
+/* The store's pool settings: @r's cfg, and its counters. Can't fail. */
+void remote_fetch_conf_of(struct remote *r, struct remote_fetch_conf *out);
+
 /*
- * Creates the pool for @r (its cfg and counters). Returns 0 with *out set (free
+ * Creates a pool with settings @conf (copied). Returns 0 with *out set (free
  * with remote_fetch_free()), or a negative errno.
  */
-MCFS_MUST_CHECK int remote_fetch_new(struct remote *r, struct remote_fetch **out);
+MCFS_MUST_CHECK int remote_fetch_new(const struct remote_fetch_conf *conf,
+				     struct remote_fetch **out);
 
 /* Frees the pool and its connections. No request may be in flight. */
 void remote_fetch_free(struct remote_fetch *f);
@@ -181,6 +198,41 @@ MCFS_MUST_CHECK int remote_uri_encode(const char *in, bool keep_slash, char *out
  * or -ENAMETOOLONG.
  */
 MCFS_MUST_CHECK int remote_query_build(const char *const *kv, size_t n, char *out, size_t outlen);
+
+/* ---- s3.c: one S3 bucket's requests, for the s3 store and the shared tier ---- */
+
+/* A bucket, resolved once: where its objects are and how requests are signed. */
+struct remote_s3_bucket {
+	char bucket[256];
+	char prefix[CFG_STR_MAX];  /* "" or "dir/sub/": the keys' common prefix */
+	char base[REMOTE_URL_MAX]; /* URL of the bucket, no trailing '/' */
+	char region[64];
+	bool virtual_host;
+	struct remote_creds creds;
+	struct remote_sigv4 sig; /* points into creds; access_key NULL = unsigned */
+};
+
+/*
+ * Resolves @conf into @b: splits conf->url, builds the bucket's URL, finds the
+ * credentials (unless anonymous; none found: unsigned, a warning) and logs
+ * their source, never a key. Returns 0, or -EINVAL for a bad URL, prefix or
+ * endpoint (logged, naming conf->who), -ENAMETOOLONG. Clear with
+ * remote_s3_bucket_clear(), also on failure.
+ */
+MCFS_MUST_CHECK int remote_s3_bucket_init(struct remote_s3_bucket *b,
+					  const struct remote_s3_conf *conf);
+
+/* Wipes @b's credentials. Can't fail. */
+void remote_s3_bucket_clear(struct remote_s3_bucket *b);
+
+/*
+ * Points @req at the object @key (relative to the prefix): its URL into @url,
+ * "s3://bucket/prefix+key" into @what (for logs), and the signing. Returns 0
+ * or -ENAMETOOLONG.
+ */
+MCFS_MUST_CHECK int remote_s3_object(const struct remote_s3_bucket *b, const char *key,
+				     struct remote_req *req, char url[REMOTE_URL_MAX],
+				     char what[REMOTE_URL_MAX]);
 
 /* Copies a string, truncating to fit (listing fields, log text). Can't fail. */
 void remote_copy(char *dst, size_t dstlen, const char *src);

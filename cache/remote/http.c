@@ -119,6 +119,7 @@ static int http_open(struct remote *r)
 {
 	const char *src = r->cfg->source;
 	struct remote_manifest *man = NULL;
+	struct remote_fetch_conf fc;
 	struct http *h;
 	size_t n;
 	int rc;
@@ -132,7 +133,8 @@ static int http_open(struct remote *r)
 		h->base[--n] = '\0';
 	mcfs_url_redact(h->base, h->shown, sizeof(h->shown));
 	pthread_rwlock_init(&h->lock, NULL);
-	rc = remote_fetch_new(r, &h->fetch);
+	remote_fetch_conf_of(r, &fc);
+	rc = remote_fetch_new(&fc, &h->fetch);
 	if (rc < 0)
 		goto fail;
 	rc = load_manifest(r, h, NULL, &man, h->man_etag);

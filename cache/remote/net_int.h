@@ -77,12 +77,29 @@ MCFS_MUST_CHECK int remote_aws_profile_load(const char *file, const char *profil
 					    struct remote_creds *out);
 
 /*
- * Resolves credentials: cfg keys, then AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY
- * (/AWS_SESSION_TOKEN), then the profile (cfg->profile, AWS_PROFILE or
+ * One S3 bucket's settings as the options give them: the store's (url,
+ * endpoint, region, ...) or the shared tier's (shared_*). Only what a
+ * request needs; strings borrowed for the call that takes the struct.
+ */
+struct remote_s3_conf {
+	const char *url;	/* s3://bucket[/prefix] */
+	const char *endpoint;	/* "" = AWS_ENDPOINT_URL_S3, AWS_ENDPOINT_URL, else AWS's */
+	const char *region;	/* for SigV4 and AWS's endpoint */
+	const char *addressing; /* "path" (endpoint/bucket/key) or "virtual" (bucket.endpoint) */
+	const char *profile;	/* ~/.aws/credentials profile; "" = AWS_PROFILE or default */
+	const char *access_key, *secret_key, *session_token; /* "" = environment or profile */
+	bool anonymous;	 /* unsigned: no credentials looked for */
+	const char *who; /* names the bucket's user in log lines: "s3", "shared cache" */
+};
+
+/*
+ * Resolves credentials: @conf's keys, then AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY
+ * (/AWS_SESSION_TOKEN), then the profile (conf->profile, AWS_PROFILE or
  * "default") in AWS_SHARED_CREDENTIALS_FILE or $HOME/.aws/credentials.
  * Returns 0, or -ENOENT when none are found.
  */
-MCFS_MUST_CHECK int remote_creds_resolve(const struct cfg *cfg, struct remote_creds *out);
+MCFS_MUST_CHECK int remote_creds_resolve(const struct remote_s3_conf *conf,
+					 struct remote_creds *out);
 
 /* ---- manifest.c: the http store's JSON listing ---- */
 

@@ -237,6 +237,17 @@ static void test_many_keys(void)
 	free(xml);
 }
 
+/* remote_creds_resolve() of the store's keys in @cfg. */
+static int resolve(const struct cfg *cfg, struct remote_creds *c)
+{
+	struct remote_s3_conf conf = {.profile = cfg->profile,
+				      .access_key = cfg->access_key,
+				      .secret_key = cfg->secret_key,
+				      .session_token = cfg->session_token};
+
+	return remote_creds_resolve(&conf, c);
+}
+
 static void test_creds(const char *dir)
 {
 	char file[512];
@@ -285,28 +296,28 @@ static void test_creds(const char *dir)
 	unsetenv("AWS_PROFILE");
 	unsetenv("AWS_ACCESS_KEY_ID");
 	unsetenv("AWS_SECRET_ACCESS_KEY");
-	CHECK(remote_creds_resolve(&cfg, &c) == 0);
+	CHECK(resolve(&cfg, &c) == 0);
 	CHECK_STR(c.access_key, "AKDEF");
 	setenv("AWS_PROFILE", "other", 1);
-	CHECK(remote_creds_resolve(&cfg, &c) == 0);
+	CHECK(resolve(&cfg, &c) == 0);
 	CHECK_STR(c.access_key, "test:tester");
 	setenv("AWS_ACCESS_KEY_ID", "ENVKEY", 1);
 	setenv("AWS_SECRET_ACCESS_KEY", "ENVSECRET", 1);
-	CHECK(remote_creds_resolve(&cfg, &c) == 0);
+	CHECK(resolve(&cfg, &c) == 0);
 	CHECK_STR(c.access_key, "ENVKEY");
 	snprintf(cfg.profile, sizeof(cfg.profile), "default");
-	CHECK(remote_creds_resolve(&cfg, &c) == 0);
+	CHECK(resolve(&cfg, &c) == 0);
 	CHECK_STR(c.access_key, "AKDEF");
 	snprintf(cfg.access_key, sizeof(cfg.access_key), "OPTKEY");
 	snprintf(cfg.secret_key, sizeof(cfg.secret_key), "OPTSECRET");
-	CHECK(remote_creds_resolve(&cfg, &c) == 0);
+	CHECK(resolve(&cfg, &c) == 0);
 	CHECK_STR(c.access_key, "OPTKEY");
 	CHECK(strstr(c.source, "OPT") == NULL);
 	cfg_init(&cfg);
 	unsetenv("AWS_ACCESS_KEY_ID");
 	unsetenv("AWS_SECRET_ACCESS_KEY");
 	setenv("AWS_PROFILE", "missing", 1);
-	CHECK(remote_creds_resolve(&cfg, &c) == -ENOENT);
+	CHECK(resolve(&cfg, &c) == -ENOENT);
 	unlink(file);
 }
 

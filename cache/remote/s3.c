@@ -38,13 +38,7 @@
 
 struct s3 {
 	struct remote_fetch *fetch;
-	char bucket[256];
-	char prefix[CFG_STR_MAX];  /* "" or "dir/sub/": the store's root as a key prefix */
-	char base[REMOTE_URL_MAX]; /* URL of the bucket, no trailing '/' */
-	bool virtual_host;
-	struct remote_creds creds;
-	struct remote_sigv4 sig; /* points into creds; access_key NULL = anonymous */
-	char region[64];
+	struct remote_s3_bucket b; /* the bucket's URL, prefix and signing */
 };
 
 static const char *env_or_null(const char *name)
@@ -87,48 +81,106 @@ int remote_s3_base_url(const char *endpoint, const char *bucket, const char *reg
 	return len < 0 || (size_t)len >= outlen ? -ENAMETOOLONG : 0;
 }
 
-/* Builds s->base from the endpoint, bucket and addressing style. */
-static int make_base(struct s3 *s, const struct cfg *cfg)
+/* Splits s3://bucket[/prefix] into b->bucket and b->prefix ("" or "p/q/"). */
+static int parse_url(struct remote_s3_bucket *b, const char *url, const char *who)
 {
-	s->virtual_host = strcmp(cfg->addressing, "virtual") == 0;
-	return remote_s3_base_url(cfg->endpoint, s->bucket, s->region, s->virtual_host, s->base,
-				  sizeof(s->base));
-}
+	const char *s = url + 5, *slash = strchr(s, '/');
+	size_t blen = slash ? (size_t)(slash - s) : strlen(s), n;
 
-/* Splits s3://bucket/prefix. */
-static int parse_source(struct s3 *s, const char *src)
-{
-	const char *b = src + 5, *slash = strchr(b, '/');
-	size_t blen = slash ? (size_t)(slash - b) : strlen(b);
-	size_t n;
-
-	if (blen == 0 || blen >= sizeof(s->bucket)) {
-		MCFS_ERR("s3: no bucket in '%s' (expected s3://bucket[/prefix])", src);
+	if (strncmp(url, "s3://", 5) != 0 || blen == 0 || blen >= sizeof(b->bucket)) {
+		MCFS_ERR("%s: no bucket in '%s' (expected s3://bucket[/prefix])", who, url);
 		return -EINVAL;
 	}
-	memcpy(s->bucket, b, blen);
-	s->bucket[blen] = '\0';
-	s->prefix[0] = '\0';
-	if (slash) {
-		while (*slash == '/')
-			slash++;
-		snprintf(s->prefix, sizeof(s->prefix) - 1, "%s", slash);
-		n = strlen(s->prefix);
-		while (n > 0 && s->prefix[n - 1] == '/')
-			s->prefix[--n] = '\0';
-		if (n > 0 && remote_check_path(s->prefix) < 0) {
-			MCFS_ERR("s3: prefix '%s' has empty, '.' or '..' components", s->prefix);
-			return -EINVAL;
-		}
-		if (n > 0)
-			strcat(s->prefix, "/");
+	memcpy(b->bucket, s, blen);
+	b->bucket[blen] = '\0';
+	b->prefix[0] = '\0';
+	if (!slash)
+		return 0;
+	while (*slash == '/')
+		slash++;
+	snprintf(b->prefix, sizeof(b->prefix) - 1, "%s", slash);
+	n = strlen(b->prefix);
+	while (n > 0 && b->prefix[n - 1] == '/')
+		b->prefix[--n] = '\0';
+	if (n > 0 && remote_check_path(b->prefix) < 0) {
+		MCFS_ERR("%s: prefix '%s' has empty, '.' or '..' components", who, b->prefix);
+		return -EINVAL;
 	}
+	if (n > 0)
+		strcat(b->prefix, "/");
+	return 0;
+}
+
+int remote_s3_bucket_init(struct remote_s3_bucket *b, const struct remote_s3_conf *conf)
+{
+	int rc;
+
+	memset(b, 0, sizeof(*b));
+	snprintf(b->region, sizeof(b->region), "%s", conf->region);
+	b->virtual_host = strcmp(conf->addressing, "virtual") == 0;
+	rc = parse_url(b, conf->url, conf->who);
+	if (rc == 0)
+		rc = remote_s3_base_url(conf->endpoint, b->bucket, b->region, b->virtual_host,
+					b->base, sizeof(b->base));
+	if (rc < 0 || conf->anonymous)
+		return rc;
+	if (remote_creds_resolve(conf, &b->creds) < 0) {
+		MCFS_WARN("%s: no credentials in the options, the environment or "
+			  "~/.aws/credentials: sending unsigned (anonymous) requests",
+			  conf->who);
+		return 0;
+	}
+	b->sig.access_key = b->creds.access_key;
+	b->sig.secret_key = b->creds.secret_key;
+	b->sig.session_token = b->creds.session_token;
+	b->sig.region = b->region;
+	MCFS_INFO("%s: signing with credentials from %s, region %s", conf->who, b->creds.source,
+		  b->region);
+	return 0;
+}
+
+void remote_s3_bucket_clear(struct remote_s3_bucket *b)
+{
+	memset(&b->creds, 0, sizeof(b->creds));
+	memset(&b->sig, 0, sizeof(b->sig));
+}
+
+int remote_s3_object(const struct remote_s3_bucket *b, const char *key, struct remote_req *req,
+		     char url[REMOTE_URL_MAX], char what[REMOTE_URL_MAX])
+{
+	char full[REMOTE_URL_MAX], enc[REMOTE_URL_MAX];
+	int n;
+
+	if ((size_t)snprintf(full, sizeof(full), "%s%s", b->prefix, key) >= sizeof(full))
+		return -ENAMETOOLONG;
+	n = remote_uri_encode(full, true, enc, sizeof(enc));
+	if (n < 0)
+		return n;
+	if ((size_t)snprintf(url, REMOTE_URL_MAX, "%s/%s", b->base, enc) >= REMOTE_URL_MAX ||
+	    (size_t)snprintf(what, REMOTE_URL_MAX, "s3://%s/%s", b->bucket, full) >= REMOTE_URL_MAX)
+		return -ENAMETOOLONG;
+	req->url = url;
+	req->what = what;
+	req->sig = b->sig.access_key ? &b->sig : NULL;
 	return 0;
 }
 
 static int s3_open(struct remote *r)
 {
 	const struct cfg *cfg = r->cfg;
+	struct remote_fetch_conf fc;
+	struct remote_s3_conf conf = {
+	    .url = cfg->source,
+	    .endpoint = cfg->endpoint,
+	    .region = cfg->region,
+	    .addressing = cfg->addressing,
+	    .profile = cfg->profile,
+	    .access_key = cfg->access_key,
+	    .secret_key = cfg->secret_key,
+	    .session_token = cfg->session_token,
+	    .anonymous = cfg->anonymous,
+	    .who = "s3",
+	};
 	struct s3 *s;
 	int rc;
 
@@ -136,31 +188,16 @@ static int s3_open(struct remote *r)
 	if (!s)
 		return -ENOMEM;
 	/* the default region is us-east-1; the SDKs' variables override only that */
-	snprintf(s->region, sizeof(s->region), "%s", cfg->region);
-	if (strcmp(cfg->region, "us-east-1") == 0 &&
-	    (env_or_null("AWS_REGION") || env_or_null("AWS_DEFAULT_REGION")))
-		snprintf(s->region, sizeof(s->region), "%s",
-			 env_or_null("AWS_REGION") ? env_or_null("AWS_REGION")
-						   : env_or_null("AWS_DEFAULT_REGION"));
-	rc = parse_source(s, cfg->source);
+	if (strcmp(cfg->region, "us-east-1") == 0 && env_or_null("AWS_REGION"))
+		conf.region = env_or_null("AWS_REGION");
+	else if (strcmp(cfg->region, "us-east-1") == 0 && env_or_null("AWS_DEFAULT_REGION"))
+		conf.region = env_or_null("AWS_DEFAULT_REGION");
+	rc = remote_s3_bucket_init(&s->b, &conf);
+	remote_fetch_conf_of(r, &fc);
 	if (rc == 0)
-		rc = make_base(s, cfg);
-	if (rc == 0 && !cfg->anonymous) {
-		if (remote_creds_resolve(cfg, &s->creds) < 0) {
-			MCFS_WARN("s3: no credentials in the options, the environment or "
-				  "~/.aws/credentials: sending unsigned (anonymous) requests");
-		} else {
-			s->sig.access_key = s->creds.access_key;
-			s->sig.secret_key = s->creds.secret_key;
-			s->sig.session_token = s->creds.session_token;
-			s->sig.region = s->region;
-			MCFS_INFO("s3: signing with credentials from %s, region %s",
-				  s->creds.source, s->region);
-		}
-	}
-	if (rc == 0)
-		rc = remote_fetch_new(r, &s->fetch);
+		rc = remote_fetch_new(&fc, &s->fetch);
 	if (rc < 0) {
+		remote_s3_bucket_clear(&s->b);
 		free(s);
 		return rc;
 	}
@@ -173,26 +210,8 @@ static void s3_close(struct remote *r)
 	struct s3 *s = r->priv;
 
 	remote_fetch_free(s->fetch);
-	memset(&s->creds, 0, sizeof(s->creds));
+	remote_s3_bucket_clear(&s->b);
 	free(s);
-}
-
-/* URL of an object: base + '/' + encoded key. */
-static int object_url(const struct s3 *s, const char *path, char *url, size_t len, char *what,
-		      size_t wlen)
-{
-	char key[REMOTE_URL_MAX], enc[REMOTE_URL_MAX];
-	int n;
-
-	snprintf(key, sizeof(key), "%s%s", s->prefix, path);
-	n = remote_uri_encode(key, true, enc, sizeof(enc));
-	if (n < 0)
-		return n;
-	if ((size_t)snprintf(url, len, "%s/%s", s->base, enc) >= len)
-		return -ENAMETOOLONG;
-	if ((size_t)snprintf(what, wlen, "s3://%s/%s", s->bucket, key) >= wlen)
-		return -ENAMETOOLONG;
-	return 0;
 }
 
 /* Logs a 401 or 403 (@resp) to a request on @what. */
@@ -205,12 +224,12 @@ static void log_refused(const struct s3 *s, const struct remote_resp *resp, cons
 	    strcmp(code, "InvalidSecurity") == 0)
 		MCFS_ERR("S3 refused the credentials (%s) for %s: check the access key and secret "
 			 "(from %s). The service said: %s",
-			 code, what, s->sig.access_key ? s->creds.source : "anonymous access",
+			 code, what, s->b.sig.access_key ? s->b.creds.source : "anonymous access",
 			 resp->error);
 	else
 		MCFS_ERR("S3 refused access (%s) to %s with %s. The service said: %s",
 			 code[0] ? code : "HTTP 403", what,
-			 s->sig.access_key ? "the credentials given" : "anonymous access",
+			 s->b.sig.access_key ? "the credentials given" : "anonymous access",
 			 resp->error);
 }
 
@@ -238,12 +257,12 @@ static int list_page(struct remote *r, struct s3 *s, const char *dir_prefix, uns
 	rc = remote_query_build(kv, n / 2, query, sizeof(query));
 	if (rc < 0)
 		return rc;
-	if ((size_t)snprintf(url, sizeof(url), "%s%s?%s", s->base, s->virtual_host ? "/" : "",
+	if ((size_t)snprintf(url, sizeof(url), "%s%s?%s", s->b.base, s->b.virtual_host ? "/" : "",
 			     query) >= sizeof(url))
 		return -ENAMETOOLONG;
-	snprintf(what, sizeof(what), "s3://%s/%s (list)", s->bucket, dir_prefix);
+	snprintf(what, sizeof(what), "s3://%s/%s (list)", s->b.bucket, dir_prefix);
 	req.url = url;
-	req.sig = s->sig.access_key ? &s->sig : NULL;
+	req.sig = s->b.sig.access_key ? &s->b.sig : NULL;
 	req.quiet_404 = true;
 	rc = remote_fetch_do(s->fetch, &req, &resp);
 	if (resp.body && (rc == 0 || resp.status >= 400)) {
@@ -270,7 +289,7 @@ static int s3_list(struct remote *r, const char *path, struct cache_dirent **out
 	int rc;
 
 	memset(&page, 0, sizeof(page));
-	snprintf(dir, sizeof(dir), "%s%s%s", s->prefix, path, path[0] ? "/" : "");
+	snprintf(dir, sizeof(dir), "%s%s%s", s->b.prefix, path, path[0] ? "/" : "");
 	do {
 		rc = list_page(r, s, dir, 1000, token, &page);
 		if (rc < 0) {
@@ -280,7 +299,7 @@ static int s3_list(struct remote *r, const char *path, struct cache_dirent **out
 		if (page.truncated && !page.token[0]) {
 			MCFS_ERR("s3: listing of s3://%s/%s is truncated but has no continuation "
 				 "token",
-				 s->bucket, dir);
+				 s->b.bucket, dir);
 			free(page.ents);
 			return -EIO;
 		}
@@ -303,10 +322,9 @@ static int head_object(struct s3 *s, const char *path, struct cache_attr *out)
 	struct remote_resp resp;
 	int rc;
 
-	rc = object_url(s, path, url, sizeof(url), what, sizeof(what));
+	rc = remote_s3_object(&s->b, path, &req, url, what);
 	if (rc < 0)
 		return rc;
-	req.sig = s->sig.access_key ? &s->sig : NULL;
 	rc = remote_fetch_do(s->fetch, &req, &resp);
 	free(resp.body);
 	if (rc == 0) {
@@ -336,7 +354,7 @@ static int s3_stat(struct remote *r, const char *path, struct cache_attr *out)
 		memset(out, 0, sizeof(*out));
 	}
 	/* a directory is a prefix with at least one key under it; the root always is */
-	snprintf(dir, sizeof(dir), "%s%s%s", s->prefix, path, path[0] ? "/" : "");
+	snprintf(dir, sizeof(dir), "%s%s%s", s->b.prefix, path, path[0] ? "/" : "");
 	rc = list_page(r, s, dir, 1, NULL, &page);
 	free(page.ents);
 	if (rc < 0)
@@ -384,10 +402,9 @@ static ssize_t s3_read(struct remote *r, const struct remote_obj *obj, uint64_t 
 	req.expect_total = obj->size;
 	req.if_match = strong ? obj->version : NULL;
 	req.expect_etag = obj->version;
-	rc = object_url(s, obj->path, url, sizeof(url), what, sizeof(what));
+	rc = remote_s3_object(&s->b, obj->path, &req, url, what);
 	if (rc < 0)
 		return rc;
-	req.sig = s->sig.access_key ? &s->sig : NULL;
 	rc = remote_fetch_do(s->fetch, &req, &resp);
 	free(resp.body);
 	if (rc == -ESTALE || rc == -ENOENT)

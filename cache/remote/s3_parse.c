@@ -350,7 +350,7 @@ static const char *env(const char *name)
 	return v && *v ? v : NULL;
 }
 
-int remote_creds_resolve(const struct cfg *cfg, struct remote_creds *out)
+int remote_creds_resolve(const struct remote_s3_conf *conf, struct remote_creds *out)
 {
 	const char *ak = env("AWS_ACCESS_KEY_ID"), *sk = env("AWS_SECRET_ACCESS_KEY");
 	const char *profile, *file, *home;
@@ -358,15 +358,15 @@ int remote_creds_resolve(const struct cfg *cfg, struct remote_creds *out)
 	int rc;
 
 	memset(out, 0, sizeof(*out));
-	if (cfg->access_key[0] && cfg->secret_key[0]) {
-		snprintf(out->access_key, sizeof(out->access_key), "%s", cfg->access_key);
-		snprintf(out->secret_key, sizeof(out->secret_key), "%s", cfg->secret_key);
-		snprintf(out->session_token, sizeof(out->session_token), "%s", cfg->session_token);
+	if (conf->access_key[0] && conf->secret_key[0]) {
+		snprintf(out->access_key, sizeof(out->access_key), "%s", conf->access_key);
+		snprintf(out->secret_key, sizeof(out->secret_key), "%s", conf->secret_key);
+		snprintf(out->session_token, sizeof(out->session_token), "%s", conf->session_token);
 		snprintf(out->source, sizeof(out->source), "the mount options");
 		return 0;
 	}
 	/* an explicit profile wins over the environment's keys, as in the AWS CLI */
-	if (ak && sk && !cfg->profile[0]) {
+	if (ak && sk && !conf->profile[0]) {
 		snprintf(out->access_key, sizeof(out->access_key), "%s", ak);
 		snprintf(out->secret_key, sizeof(out->secret_key), "%s", sk);
 		if (env("AWS_SESSION_TOKEN"))
@@ -375,7 +375,7 @@ int remote_creds_resolve(const struct cfg *cfg, struct remote_creds *out)
 		snprintf(out->source, sizeof(out->source), "the environment");
 		return 0;
 	}
-	profile = cfg->profile[0] ? cfg->profile : env("AWS_PROFILE");
+	profile = conf->profile[0] ? conf->profile : env("AWS_PROFILE");
 	if (!profile)
 		profile = "default";
 	file = env("AWS_SHARED_CREDENTIALS_FILE");

@@ -334,8 +334,7 @@ class Cluster:
     @staticmethod
     def counters(nodes):
         keys = ("shared_hits", "shared_waits", "shared_wait_timeouts", "shared_puts",
-                "shared_put_drops", "shared_errors", "shared_leases", "shared_put_waits",
-                "shared_early", "shared_unasked")
+                "shared_put_drops", "shared_errors", "shared_leases", "shared_put_waits")
         sums = {k: 0 for k in keys}
         sums["downs"] = 0
         for x in nodes:
@@ -358,16 +357,16 @@ def print_table(rows, model_bytes, args):
               else "unshaped (nginx on the bridge)"))
     print()
     print("| N | shared cache | phase | origin GiB | x model | wall s | MiB/s per node | "
-          "CPU s: Swift / nginx / mcfs | shared hits / waits / timeouts / leases / early / unasked / puts / "
+          "CPU s: Swift / nginx / mcfs | shared hits / waits / takeovers / leases / puts / "
           "room waits / drops / errors / downs |")
     print("|---|---|---|---|---|---|---|---|---|")
     for n, shared, phase, origin, wall, cpu, ctr in rows:
         print("| %d | %s | %s | %.2f | %.2f | %.1f | %.0f | %.1f / %.1f / %.1f | %s |" % (
             n, "yes" if shared else "no", phase, origin / GiB, origin / model_bytes, wall,
             model_bytes / MiB / wall, cpu[0], cpu[1], cpu[2],
-            "%d / %d / %d / %d / %d / %d / %d / %d / %d / %d / %d" % tuple(ctr[k] for k in (
+            "%d / %d / %d / %d / %d / %d / %d / %d / %d" % tuple(ctr[k] for k in (
                 "shared_hits", "shared_waits", "shared_wait_timeouts", "shared_leases",
-                "shared_early", "shared_unasked", "shared_puts", "shared_put_waits", "shared_put_drops", "shared_errors",
+                "shared_puts", "shared_put_waits", "shared_put_drops", "shared_errors",
                 "downs")) if shared else "-"))
     sys.stdout.flush()
 
