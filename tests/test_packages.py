@@ -314,6 +314,29 @@ def deb_depends(deb):
     return {d.split("|")[0].split()[0] for d in fields.split(",") if d.strip()}
 
 
+def debian_mirror(codename):
+    """The mirror apt uses here for @codename's main component (deb822 .sources
+    or one-line .list), else deb.debian.org."""
+    found = []
+    for path in ["/etc/apt/sources.list"] + sorted(glob.glob("/etc/apt/sources.list.d/*")):
+        try:
+            with open(path) as f:
+                text = f.read()
+        except OSError:
+            continue
+        if path.endswith(".sources"):
+            for stanza in re.split(r"\n\s*\n", text):
+                fields = dict(re.findall(r"^(\w[\w-]*):\s*(.*)$", stanza, re.M))
+                if codename in fields.get("Suites", "").split() and \
+                        "main" in fields.get("Components", "").split():
+                    found += fields.get("URIs", "").split()
+        else:
+            for m in re.finditer(r"^deb\s+(?:\[[^]]*\]\s+)?(\S+)\s+(\S+)\s+(.*)$", text, re.M):
+                if m.group(2) == codename and "main" in m.group(3).split():
+                    found.append(m.group(1))
+    return found[0] if found else "http://deb.debian.org/debian"
+
+
 def nspawn_tree(deb):
     """A Debian of this machine's release with systemd and the package's
     dependencies (so that `dpkg -i` needs no network), made once per machine by
@@ -334,7 +357,7 @@ def nspawn_tree(deb):
     part = tempfile.mkdtemp(dir=NSPAWN_CACHE, prefix=".part-")
     try:
         r = run(["debootstrap", "--variant=minbase", "--include=" + ",".join(include), codename,
-                 part, "http://deb.debian.org/debian"], timeout=1200)
+                 part, debian_mirror(codename)], timeout=1200)
         assert r.returncode == 0, "debootstrap %s failed:\n%s" % (codename, (r.stdout + r.stderr)[-4000:])
         os.rename(part, tree)
     finally:
