@@ -206,6 +206,7 @@ static void start_loading(struct cache *c, struct cache_block *b, struct cache_f
 	b->extending = false;
 	b->xerr = 0;
 	b->shared_resume = 0;
+	b->behind_pending = false;
 	b->vlo = 0;
 	b->vhi = b->len;
 	memset(b->pages, 0, c->page_words * sizeof(uint64_t));
@@ -452,14 +453,18 @@ void *cache_fetch_thread(void *arg)
 		if (behind) {
 			b->refs++;
 			(void)cache_budget_take(&c->budget, CACHE_CLAIM_BEHIND); /* never refused */
+			b->behind_pending = true;
 		}
 		pthread_cond_broadcast(&c->loaded);
-		unref(c, b); /* the job's reference */
 		if (behind) {
 			pthread_mutex_unlock(&c->lock);
 			cache_tier_behind(c, b); /* tiers.c; takes the extra reference */
 			pthread_mutex_lock(&c->lock);
+			/* queued to the writers, or owed: cache_block_settle() waits for this */
+			b->behind_pending = false;
+			pthread_cond_broadcast(&c->loaded);
 		}
+		unref(c, b); /* the job's reference: b stays put until here */
 		/* In flight until its write-behind is queued: "no fetch in flight and
 		 * nothing queued" then means every block is written or on its way. */
 		c->inflight--;
@@ -737,8 +742,10 @@ bool cache_block_settle(struct cache *c, struct cache_file *f, int64_t index)
 		pthread_mutex_unlock(&c->lock);
 		return false;
 	}
-	/* Sleeps on c->loaded (c->lock) until this block's fetch ends. */
-	while ((b = hash_find(c, f, (uint64_t)index)) && b->state == SLOT_LOADING)
+	/* Sleeps on c->loaded (c->lock) until this block's fetch ends and its
+	 * write-behind is queued (or owed): a whole fetch's flush then finds it. */
+	while ((b = hash_find(c, f, (uint64_t)index)) &&
+	       (b->state == SLOT_LOADING || b->behind_pending))
 		pthread_cond_wait(&c->loaded, &c->lock);
 	ready = b && b->state == SLOT_READY;
 	pthread_mutex_unlock(&c->lock);

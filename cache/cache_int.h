@@ -58,6 +58,9 @@ struct cache_block {
 	/* How the shared tier hands back a job it parked (enum
 	 * cache_shared_resume), for the job's next ask; 0 otherwise. */
 	unsigned char shared_resume;
+	/* READY, and its fetch thread is queuing its write-behind (the job's
+	 * reference still held): cache_block_settle() waits for that. */
+	bool behind_pending;
 	/* Owed to the disk tier: whole, lacking there, its write-behind found the
 	 * queue full. On c->owed (oprev/onext) while hashed; tiers.c queues it
 	 * when the writer has room. */
@@ -207,8 +210,11 @@ void *cache_fetch_thread(void *arg);
 void cache_block_hold(struct cache *c, struct cache_block *b);
 /*
  * whole.c's wait on the fetch threads: sleeps while block @index of @f is
- * being fetched into the RAM tier (@index < 0: until some fetch ends, or
- * 10 ms). Returns true if the block is READY in the RAM tier now. Lock not held.
+ * being fetched into the RAM tier, or its write-behind being queued (so
+ * that a flush after it finds the block written; before, a fetch thread
+ * slow to queue it made a whole fetch give up: @index < 0: until some fetch
+ * ends, or 10 ms). Returns true if the block is READY in the RAM tier now.
+ * Lock not held.
  */
 bool cache_block_settle(struct cache *c, struct cache_file *f, int64_t index);
 /* Drops a write-behind reference of b (a writer's, taken with a
