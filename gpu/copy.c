@@ -9,6 +9,12 @@
  *                                   └─► ring of held blocks; the oldest is
  *                                       released once its event has fired
  *
+ * Pieces of one block (a slice's rows cut by the block's ends, or ranges
+ * that share it) go on the block's stream, one after another, and the block
+ * is taken from the cache once: each new piece takes over the previous
+ * piece's reference, so the block is put back when its last copy is done
+ * (events on one stream complete in order).
+ *
  * The whole request is known up front, so the prefetch cursor runs ahead of
  * the copy by up to a quarter of the RAM tier, bounded again by the cache's
  * prefetch budget (cache_prefetch says -EAGAIN when it is spent; we try again
@@ -171,14 +177,14 @@ struct load {
 	struct cache_file *f;
 	struct gpu_streams *s;
 	int dev;
-	char *dbase;	 /* device address of the buffer start */
-	unsigned window; /* blocks held at most */
-	uint64_t ahead;	 /* prefetch lead, blocks */
-	struct cache_block *ring[GPU_WINDOW];
-	unsigned head, count; /* ring: oldest, how many held */
-	uint64_t issued;      /* copies issued (picks the stream) */
-	struct cursor cp, pf; /* copy and prefetch cursors */
-	uint64_t pf_last;     /* last block index prefetched */
+	char *dbase;			      /* device address of the buffer start */
+	unsigned window;		      /* blocks held at most */
+	uint64_t ahead;			      /* prefetch lead, blocks */
+	struct cache_block *ring[GPU_WINDOW]; /* NULL: the next piece holds its block */
+	uint64_t ring_index[GPU_WINDOW];      /* the block index of each piece */
+	unsigned head, count;		      /* ring: oldest, how many held */
+	struct cursor cp, pf;		      /* copy and prefetch cursors */
+	uint64_t pf_last;		      /* last block index prefetched */
 	bool pf_done;
 };
 
@@ -189,7 +195,8 @@ static int retire_oldest(struct load *l, struct gpu_load_result *res)
 
 	e = cudaEventSynchronize(l->s->ev[l->head]);
 	res->wait_copies_ns += mcfs_now_ns() - t0;
-	cache_block_put(l->g->cache, l->ring[l->head]);
+	if (l->ring[l->head])
+		cache_block_put(l->g->cache, l->ring[l->head]);
 	l->head = (l->head + 1) % l->window;
 	l->count--;
 	if (e != cudaSuccess) {
@@ -229,9 +236,10 @@ static void top_up_prefetch(struct load *l)
 
 static int copy_one(struct load *l, const struct piece *p, struct gpu_load_result *res)
 {
-	struct cache_block *b;
-	cudaStream_t st = l->s->s[l->issued % GPU_NSTREAMS];
+	struct cache_block *b = NULL;
+	cudaStream_t st = l->s->s[p->sp.index % GPU_NSTREAMS];
 	unsigned slot = (l->head + l->count) % l->window;
+	unsigned prev = (slot + l->window - 1) % l->window;
 	unsigned long long t0 = mcfs_now_ns();
 	const struct gpu_rows *rw = &p->rows;
 	uint64_t span = (rw->height - 1) * rw->src_pitch + rw->width; /* bytes of the block read */
@@ -239,13 +247,19 @@ static int copy_one(struct load *l, const struct piece *p, struct gpu_load_resul
 	cudaError_t e;
 	int rc;
 
-	rc = cache_block_get(l->g->cache, l->f, p->sp.index, &b);
-	res->wait_blocks_ns += mcfs_now_ns() - t0;
-	if (rc < 0)
-		return rc;
+	if (l->count && l->ring[prev] && l->ring_index[prev] == p->sp.index) {
+		b = l->ring[prev]; /* same block, same stream: this copy ends after that one */
+		l->ring[prev] = NULL;
+	} else {
+		rc = cache_block_get(l->g->cache, l->f, p->sp.index, &b);
+		res->wait_blocks_ns += mcfs_now_ns() - t0;
+		if (rc < 0)
+			return rc;
+	}
 	src = cache_block_data(b) + p->sp.boff;
 	if ((size_t)p->sp.boff + span > cache_block_len(b)) {
 		/* the file shrank under a cached identity: cannot happen for one version */
+		(void)cudaStreamSynchronize(st); /* an earlier piece may still read it */
 		cache_block_put(l->g->cache, b);
 		return -EIO;
 	}
@@ -269,8 +283,8 @@ static int copy_one(struct load *l, const struct piece *p, struct gpu_load_resul
 		return gpu_errno(e) == -ENODEV ? -ENODEV : -EIO;
 	}
 	l->ring[slot] = b;
+	l->ring_index[slot] = p->sp.index;
 	l->count++;
-	l->issued++;
 	res->bytes += rw->width * rw->height;
 	res->blocks++;
 	return 0;

@@ -18,15 +18,18 @@
 
 #include "gpu.h"
 
-/* Streams per load: H2D copies share one copy engine per direction, so more
- * streams add no bandwidth; 4 keep the engine fed while the host thread
- * waits on the oldest event and takes the next block from the cache. */
-#define GPU_NSTREAMS 4
-/* Blocks one load holds at once (copies in flight): 16 x 8 MiB = 128 MiB,
- * about 2.5 ms of PCIe 5 time, far more than the per-copy latency. Fewer on
- * a small RAM tier (slots / 8), and granted by the cache's budget
- * (cache_gpu_window): loads together never hold more than a quarter of it. */
-#define GPU_WINDOW 16
+/* Streams per load: H2D copies share the copy engines, so streams add no
+ * bandwidth of their own; 8 keep them fed while the host thread waits on the
+ * oldest event and takes the next block from the cache. */
+#define GPU_NSTREAMS 8
+/* Copies one load has in flight, each holding its block: up to 64 x 8 MiB =
+ * 512 MiB, about 10 ms of PCIe 5 time. A slice cuts a block into several
+ * copies (rows that cross a block boundary go in pieces of their own), so
+ * the window counts copies, not bytes; 16 left ranks loading slices short of
+ * the link (docs/benchmarks.md, "Every GPU"). Fewer on a small RAM tier (slots / 8), and
+ * granted by the cache's budget (cache_gpu_window): loads together never
+ * hold more than a quarter of it. */
+#define GPU_WINDOW 64
 /* The RAM tier is registered in chunks this big (a multiple of any block
  * size): the pin thread's progress is visible per chunk, and one failed
  * registration costs at most a chunk. */
