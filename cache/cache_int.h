@@ -32,6 +32,14 @@ enum slot_state {
 
 /* A RAM-tier slot. All fields guarded by cache->lock, except data's contents
  * while LOADING (written by the one fetch thread that holds the job). */
+/* Links of a block owed to the disk tier (tiers.c), and a list of them. */
+struct cache_owed_link {
+	struct cache_block *prev, *next;
+};
+struct cache_owed_list {
+	struct cache_block *first, *last;
+};
+
 struct cache_block {
 	struct cache_file *file; /* owner identity while not FREE */
 	uint64_t index;		 /* block number in the file */
@@ -59,10 +67,10 @@ struct cache_block {
 	 * reference still held): cache_block_settle() waits for that. */
 	bool behind_pending;
 	/* Owed to the disk tier: whole, lacking there, its write-behind found the
-	 * queue full. On c->owed (oprev/onext) while hashed; tiers.c queues it
-	 * when the writer has room. */
+	 * queue full. On c->owed (oall) and on its file's list (ofile) while
+	 * hashed; tiers.c queues it when the writer has room. */
 	bool owed;
-	struct cache_block *oprev, *onext;
+	struct cache_owed_link oall, ofile;
 	struct cache_block *hnext;	 /* hash chain */
 	struct cache_block *prev, *next; /* LRU list (READY, refs 0), free list or job queue */
 };
@@ -92,6 +100,9 @@ struct cache_file {
 	uint64_t nblocks;
 	char *path;
 	char version[CACHE_VERSION_MAX];
+	/* Its blocks owed to the disk tier, oldest first (guarded by lock), so
+	 * that a whole fetch pays its own without walking every file's. */
+	struct cache_owed_list owed;
 };
 
 /* A list with a sentinel: LRU (head = least recently used), free, jobs. */
@@ -123,7 +134,7 @@ struct cache {
 	size_t nbuckets;		  /* power of two */
 	struct slot_list lru, free, jobs; /* guarded by lock */
 	/* Blocks owed to the disk tier, oldest first (b->owed; guarded by lock) */
-	struct cache_block *owed_first, *owed_last;
+	struct cache_owed_list owed;
 	size_t nowed;
 	struct cache_file **fbuckets; /* guarded by lock */
 	size_t nfbuckets;

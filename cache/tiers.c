@@ -28,6 +28,7 @@
 #include "cache_stats.h"
 
 #include <errno.h>
+#include <stddef.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -428,42 +429,61 @@ static void shared_behind(struct cache *c, struct cache_block *b)
  * and the rest is fetched again, and written, at its next read.
  */
 
+#define OWED_LINK(b, off) ((struct cache_owed_link *)(void *)((char *)(b) + (off)))
+
+static void owed_link(struct cache_owed_list *l, struct cache_block *b, size_t off, bool front)
+{
+	struct cache_owed_link *k = OWED_LINK(b, off);
+
+	if (front) {
+		k->prev = NULL;
+		k->next = l->first;
+		if (l->first)
+			OWED_LINK(l->first, off)->prev = b;
+		else
+			l->last = b;
+		l->first = b;
+	} else {
+		k->next = NULL;
+		k->prev = l->last;
+		if (l->last)
+			OWED_LINK(l->last, off)->next = b;
+		else
+			l->first = b;
+		l->last = b;
+	}
+}
+
+static void owed_unlink(struct cache_owed_list *l, struct cache_block *b, size_t off)
+{
+	struct cache_owed_link *k = OWED_LINK(b, off);
+
+	if (k->prev)
+		OWED_LINK(k->prev, off)->next = k->next;
+	else
+		l->first = k->next;
+	if (k->next)
+		OWED_LINK(k->next, off)->prev = k->prev;
+	else
+		l->last = k->prev;
+	k->prev = k->next = NULL;
+}
+
+/* On the cache's list and on its file's, in the same order. */
 static void owed_add(struct cache *c, struct cache_block *b, bool front)
 {
 	MCFS_ASSERT_HELD(&c->lock);
 	b->owed = true;
-	if (front) {
-		b->oprev = NULL;
-		b->onext = c->owed_first;
-		if (c->owed_first)
-			c->owed_first->oprev = b;
-		else
-			c->owed_last = b;
-		c->owed_first = b;
-	} else {
-		b->onext = NULL;
-		b->oprev = c->owed_last;
-		if (c->owed_last)
-			c->owed_last->onext = b;
-		else
-			c->owed_first = b;
-		c->owed_last = b;
-	}
+	owed_link(&c->owed, b, offsetof(struct cache_block, oall), front);
+	owed_link(&b->file->owed, b, offsetof(struct cache_block, ofile), front);
 	c->nowed++;
 }
 
 static void owed_del(struct cache *c, struct cache_block *b)
 {
 	MCFS_ASSERT_HELD(&c->lock);
-	if (b->oprev)
-		b->oprev->onext = b->onext;
-	else
-		c->owed_first = b->onext;
-	if (b->onext)
-		b->onext->oprev = b->oprev;
-	else
-		c->owed_last = b->oprev;
-	b->oprev = b->onext = NULL;
+	owed_unlink(&c->owed, b, offsetof(struct cache_block, oall));
+	owed_unlink(&b->file->owed, b, offsetof(struct cache_block, ofile));
 	b->owed = false;
 	c->nowed--;
 }
@@ -491,8 +511,7 @@ static void pay_owed(struct cache *c, const struct cache_file *f, bool wait)
 	MCFS_ASSERT_NOT_HELD(&c->lock);
 	for (;;) {
 		pthread_mutex_lock(&c->lock);
-		for (b = c->disk ? c->owed_first : NULL; b && f && b->file != f; b = b->onext)
-			;
+		b = !c->disk ? NULL : f ? f->owed.first : c->owed.first;
 		if (!b) {
 			pthread_mutex_unlock(&c->lock);
 			return;
