@@ -348,7 +348,9 @@ static void free_shared(struct cache_shared *sh)
 }
 
 int cache_shared_open(const struct cfg *cfg, const char *store, uint64_t bs, unsigned queue_max,
-		      void (*done)(void *ctx, void *arg), void *ctx, struct cache_shared **out)
+		      void (*done)(void *ctx, void *arg),
+		      void (*wake)(void *ctx, void *park, int resume), void *ctx,
+		      struct cache_shared **out)
 {
 	struct cache_shared *sh = calloc(1, sizeof(*sh));
 	pthread_condattr_t ca;
@@ -363,6 +365,7 @@ int cache_shared_open(const struct cfg *cfg, const char *store, uint64_t bs, uns
 	sh->run_blocks = MCFS_MAX(1, MCFS_MIN(SHARED_RUN_MAX, cfg->shared_run / bs));
 	sh->timeout_ns = (uint64_t)(cfg->shared_timeout * 1e9);
 	sh->done = done;
+	sh->wake = wake;
 	sh->ctx = ctx;
 	sh->qmax = MCFS_MAX(1, queue_max);
 	shared_health_init(&sh->health, mcfs_now_ns());
@@ -390,6 +393,10 @@ int cache_shared_open(const struct cfg *cfg, const char *store, uint64_t bs, uns
 		if (rc == 0)
 			sh->nwriters++;
 	}
+	if (rc == 0 && sh->wait_ns > 0 && wake) {
+		rc = -pthread_create(&sh->parker, NULL, cache_shared_parker, sh);
+		sh->parker_on = rc == 0;
+	}
 	if (rc < 0) {
 		cache_shared_close(sh);
 		return rc;
@@ -406,6 +413,11 @@ void cache_shared_stop(struct cache_shared *sh)
 	sh->stopping = true;
 	pthread_cond_broadcast(&sh->changed);
 	pthread_mutex_unlock(&sh->lock);
+	/* the parker wakes every parked block, then ends: no wake after this */
+	if (sh->parker_on) {
+		pthread_join(sh->parker, NULL);
+		sh->parker_on = false;
+	}
 }
 
 void cache_shared_close(struct cache_shared *sh)
@@ -453,5 +465,6 @@ void cache_shared_get_stats(struct cache_shared *sh, struct cache_stats *out)
 	out->shared_errors = load(&sh->errors);
 	pthread_mutex_lock(&sh->lock);
 	out->shared_queued = sh->qn + sh->writing;
+	out->shared_parked = atomic_load(&sh->nparked);
 	pthread_mutex_unlock(&sh->lock);
 }

@@ -455,6 +455,49 @@ def test_block_never_written_waits_a_bound(swift, origin, tmp_path):
     assert len(origin_gets(str(tmp_path / "access.log"), "model.bin")) == 1
 
 
+def test_parked_blocks_hold_no_fetch_thread(swift, origin, tmp_path):
+    """Issue 26: a block that waits for another node's run is parked, and no
+    fetch thread waits with it. One fetch thread (connections=1); model.bin's
+    run is held by another node that has written none of its blocks yet: the
+    daemon parks the blocks it asks for, and meanwhile reads other.bin, which
+    no node holds, whole from the store (when a waiting block held its fetch
+    thread, that thread waited up to twice shared_wait, and other.bin with
+    it). Once the holder writes the blocks and names them in its lease, the
+    parked ones come back and are read from the shared cache: none of
+    model.bin from the store."""
+    data, n, opts = fill(swift, origin, tmp_path, "parked", 8 * BLOCK, ["shared_wait=60"])
+    other = rc.data_for("parked-other", 3 * BLOCK)
+    (tmp_path / "src" / "other.bin").write_bytes(other)
+    lkey, blocks = held_by_other(swift, "parked")
+    s3 = swift.s3()
+    with mcfs_mount(origin.url, str(tmp_path / "b"), opts=opts + ["connections=1"],
+                    env=ENV) as b:
+        got = {}
+        t = threading.Thread(target=lambda: got.update(data=read(b.p("model.bin"))))
+        t.start()
+        try:
+            # block 0 and readahead's block 1 wait, with one fetch thread
+            assert wait_for(lambda: b.stats()["shared_parked"] >= 2, 30), brief(b.stats())
+            assert read(b.p("other.bin")) == other
+            mid = b.stats()
+            # other.bin was read while model.bin's blocks still waited (the
+            # holder writes nothing before this point; a wait lasts 120 s)
+            assert mid["shared_parked"] >= 1 and t.is_alive(), brief(mid)
+        finally:
+            for k, body in blocks.items():
+                s3.put_object(Bucket=SHARED, Key=k, Body=body)
+            bits = (1 << len(blocks)) - 1
+            s3.put_object(Bucket=SHARED, Key=lkey, Body=("%s %x\n" % (OTHER, bits)).encode())
+            t.join(120)
+        assert got.get("data") == data
+        st = written(b, nblocks(other))
+        log = b.log()
+    assert st["store_reads"] == nblocks(other), (brief(st), log)
+    assert st["shared_hits"] == n and st["shared_waits"] >= 2, (brief(st), log)
+    assert st["shared_parked"] == 0 and st["shared_wait_timeouts"] == 0, (brief(st), log)
+    assert st["shared_leases"] == 1 and st["shared_errors"] == 0, (brief(st), log)
+
+
 def test_runs_of_a_node_alone(swift, origin, tmp_path):
     """A node alone takes one lease per run (a.bin: one run of 4 blocks, b.bin:
     two) and writes every block; a second node reads them all from the shared
