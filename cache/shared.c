@@ -340,6 +340,7 @@ static void free_shared(struct cache_shared *sh)
 	remote_blob_close(sh->blob);
 	cache_shared_seal_free(sh->seal);
 	pthread_mutex_destroy(&sh->lock);
+	pthread_mutex_destroy(&sh->stop_lock);
 	pthread_cond_destroy(&sh->work);
 	pthread_cond_destroy(&sh->changed);
 	pthread_cond_destroy(&sh->room);
@@ -374,6 +375,7 @@ int cache_shared_open(const struct cfg *cfg, const char *store, uint64_t bs, uns
 	shared_runs_init(&sh->runs, sh->wait_ns, MCFS_MIN(SHARED_LOOK_NS, sh->wait_ns / 4));
 	make_node_id(sh->node, sizeof(sh->node));
 	pthread_mutex_init(&sh->lock, NULL);
+	pthread_mutex_init(&sh->stop_lock, NULL);
 	pthread_cond_init(&sh->work, NULL);
 	pthread_condattr_init(&ca);
 	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
@@ -395,7 +397,7 @@ int cache_shared_open(const struct cfg *cfg, const char *store, uint64_t bs, uns
 	}
 	if (rc == 0 && sh->wait_ns > 0 && wake) {
 		rc = -pthread_create(&sh->parker, NULL, cache_shared_parker, sh);
-		sh->parker_on = rc == 0;
+		sh->parker_on = sh->parking = rc == 0;
 	}
 	if (rc < 0) {
 		cache_shared_close(sh);
@@ -413,11 +415,14 @@ void cache_shared_stop(struct cache_shared *sh)
 	sh->stopping = true;
 	pthread_cond_broadcast(&sh->changed);
 	pthread_mutex_unlock(&sh->lock);
-	/* the parker wakes every parked block, then ends: no wake after this */
+	/* the parker wakes every parked block, then ends: no wake after this,
+	 * whichever thread stops first (the signal thread, then cache_free) */
+	pthread_mutex_lock(&sh->stop_lock);
 	if (sh->parker_on) {
 		pthread_join(sh->parker, NULL);
 		sh->parker_on = false;
 	}
+	pthread_mutex_unlock(&sh->stop_lock);
 }
 
 void cache_shared_close(struct cache_shared *sh)

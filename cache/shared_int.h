@@ -76,8 +76,10 @@ struct cache_shared {
 	unsigned nwriters;
 	struct shared_parked *parked; /* blocks waiting for other nodes, newest first */
 	atomic_uint nparked;	      /* their number, for the stats */
+	bool parking;		      /* the parker was started: blocks may park */
 	pthread_t parker;	      /* watches their runs (shared_read.c) */
-	bool parker_on;		      /* started, and not joined yet */
+	pthread_mutex_t stop_lock; /* guards parker_on: the join, once, before any stop returns */
+	bool parker_on;		   /* started, and not joined yet */
 
 	/* The shared_* rows of cache/counters.h; relaxed. */
 	atomic_uint_fast64_t hits, misses, read_bytes, waits, wait_timeouts, puts, put_bytes,

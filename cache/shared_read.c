@@ -254,7 +254,7 @@ static int park(struct cache_shared *sh, const char *lkey, uint64_t index, uint6
 {
 	struct shared_parked *p;
 
-	if (sh->stopping || !sh->parker_on) /* stopping first: cleared after it, by stop */
+	if (sh->stopping || !sh->parking)
 		return -1;
 	p = malloc(sizeof(*p));
 	if (!p)

@@ -21,11 +21,14 @@ missing or loose key file (the mount fails, saying why); a lease written by a
 node whose clock is an hour off (judged by the service's clock); and a
 bucket that refuses writes (reported once, read on, no flapping).
 """
+import errno
 import hmac
 import os
 import re
+import signal
 import time
 import threading
+import subprocess
 
 import pytest
 
@@ -496,6 +499,40 @@ def test_parked_blocks_hold_no_fetch_thread(swift, origin, tmp_path):
     assert st["shared_hits"] == n and st["shared_waits"] >= 2, (brief(st), log)
     assert st["shared_parked"] == 0 and st["shared_wait_timeouts"] == 0, (brief(st), log)
     assert st["shared_leases"] == 1 and st["shared_errors"] == 0, (brief(st), log)
+
+
+def test_stop_with_blocks_parked(swift, origin, tmp_path):
+    """A stop (SIGTERM) while blocks are parked, their run held by a node that
+    writes nothing: the tier wakes them for the store at once and the daemon
+    exits 0, not after their wait (twice shared_wait, 120 s here; before, the
+    session waited for the reader, and the reader for the wait); the reader
+    ends, with its bytes or an error (the mount is gone)."""
+    data, n, opts = fill(swift, origin, tmp_path, "parkstop", 8 * BLOCK, ["shared_wait=60"])
+    held_by_other(swift, "parkstop")
+    errors = []
+
+    def reader(path):
+        try:
+            read(path)
+        except OSError as e:
+            errors.append(e.errno)
+
+    with mcfs_mount(origin.url, str(tmp_path / "b"), opts=opts + ["connections=1"],
+                    env=ENV) as b:
+        t = threading.Thread(target=reader, args=(b.p("model.bin"),))
+        t.start()
+        assert wait_for(lambda: b.stats()["shared_parked"] >= 2, 30), brief(b.stats())
+        # a stop (systemd's SIGTERM): done long before the parked blocks' wait
+        b.proc.send_signal(signal.SIGTERM)
+        try:
+            rc_ = b.proc.wait(30)
+        except subprocess.TimeoutExpired:
+            rc_ = None
+        log = b.log()
+    assert rc_ == 0, (rc_, log)
+    t.join(30)
+    assert not t.is_alive()
+    assert errors in ([], [errno.ENOTCONN], [errno.EIO]), errors
 
 
 def test_runs_of_a_node_alone(swift, origin, tmp_path):
