@@ -79,9 +79,10 @@ void cache_shared_tell(struct cache_shared *sh, enum shared_ticket t, enum share
 		       const char *what, const char *key, const struct remote_blob_res *res)
 {
 	uint64_t now = mcfs_now_ns(), heard = remote_blob_heard(sh->blob);
+	/* saturated: another thread may have heard a byte since we read the clock */
 	enum shared_outcome o =
 	    shared_outcome(op, rc, res->status, res->busy, res->quiet, res->unanswered,
-			   heard ? now - heard : UINT64_MAX, sh->timeout_ns);
+			   heard ? mcfs_since_ns(now, heard) : UINT64_MAX, sh->timeout_ns);
 	const char *why = res->error[0] ? res->error : "failed";
 	enum shared_state was, is;
 	uint64_t since;
