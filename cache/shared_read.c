@@ -144,6 +144,7 @@ int cache_shared_put_lease(struct cache_shared *sh, const char *lkey, const stru
 	enum shared_ticket t = cache_shared_ask(sh, SHARED_OP_WRITE);
 	int rc;
 
+	memset(res, 0, sizeof(*res)); /* no answer, when no request goes */
 	if (t == SHARED_T_NONE)
 		return -ENOTCONN;
 	rc = remote_blob_put_small(sh->blob, lkey, body, n, if_absent, res);
@@ -208,8 +209,15 @@ static int claim(struct cache_shared *sh, const char *lkey, bool over)
 	return rc == -ENOENT ? 1 : rc;
 }
 
-/* Asks (or takes over) run @lkey and records the answer. Called and returns with sh->lock held. */
-static void ask(struct cache_shared *sh, const char *lkey, bool over)
+/*
+ * Asks (or takes over) run @lkey and records the answer: claim()'s. Called
+ * and returns with sh->lock held. Below 0 (nobody can tell: the service
+ * failed, is down or refuses writes), the caller's block goes to the store,
+ * and the run's next miss asks again: asked again at once, a claim that
+ * cannot be written failed in a loop of lease GETs, and its block never
+ * came (a read-only bucket: hundreds of GETs a second, for as long as it was).
+ */
+static int ask(struct cache_shared *sh, const char *lkey, bool over)
 {
 	int rc;
 
@@ -220,6 +228,7 @@ static void ask(struct cache_shared *sh, const char *lkey, bool over)
 	pthread_mutex_lock(&sh->lock);
 	shared_run_claimed(&sh->runs, lkey, rc, mcfs_now_ns());
 	pthread_cond_broadcast(&sh->changed);
+	return rc;
 }
 
 /*
@@ -302,7 +311,8 @@ static enum cache_shared_got leased(struct cache_shared *sh, const char *key, co
 			cache_shared_sleep(sh, MCFS_MIN(wait, deadline - now));
 			continue;
 		case SHARED_STEP_ASK:
-			ask(sh, lkey, false);
+			if (ask(sh, lkey, false) < 0)
+				break; /* the store */
 			continue;
 		case SHARED_STEP_LOOK:
 			look(sh, lkey);
@@ -389,6 +399,10 @@ static bool park_pass(struct cache_shared *sh, uint64_t now, uint64_t *next,
 			unpark(sh, pp, p, CACHE_SHARED_WAITED, woken);
 			continue;
 		}
+		if (p->resume == CACHE_SHARED_WAITED) { /* its claim failed: the store */
+			unpark(sh, pp, p, CACHE_SHARED_WAITED, woken);
+			continue;
+		}
 		if (now >= p->deadline_ns) {
 			shared_count(&sh->wait_timeouts, 1);
 			MCFS_DEBUG("shared cache %s%s (block %" PRIu64 " of its run): not written "
@@ -403,7 +417,8 @@ static bool park_pass(struct cache_shared *sh, uint64_t now, uint64_t *next,
 			pp = &p->next;
 			break;
 		case SHARED_STEP_ASK: /* the run was forgotten (stale): claimed as a waiter would */
-			ask(sh, p->lkey, false);
+			if (ask(sh, p->lkey, false) < 0)
+				p->resume = CACHE_SHARED_WAITED; /* still parked: the next pass */
 			return true;
 		case SHARED_STEP_LOOK:
 			look(sh, p->lkey);

@@ -19,7 +19,8 @@ block forged by a holder of the bucket's credentials, without the cluster's
 key (refused, counted, never kept, written over), a node with another key; a
 missing or loose key file (the mount fails, saying why); a lease written by a
 node whose clock is an hour off (judged by the service's clock); and a
-bucket that refuses writes (reported once, read on, no flapping).
+bucket that refuses writes (reported once, read on, no flapping; with leases
+on, a refused claim sends its block to the store, once).
 """
 import errno
 import hmac
@@ -266,6 +267,7 @@ def test_daemons_reading_at_once_share_the_store_reads(swift, origin, tmp_path):
         [t.join() for t in ts]
         assert got[a.path] == data and got[b.path] == data
         sa, sb = a.stats(), b.stats()
+    print("counters:", brief(sa), brief(sb))  # whole: an assertion's message is cut short
     # one lease for the file's one run: its holder reads every block from the
     # store, the other none (it waits for each, or finds it written)
     holder, other = (sa, sb) if sa["shared_leases"] else (sb, sa)
@@ -453,6 +455,7 @@ def test_block_never_written_waits_a_bound(swift, origin, tmp_path):
         stop.set()
         if h.is_alive():
             h.join()
+    print("counters:", brief(st))  # whole: an assertion's message is cut short
     assert st["shared_wait_timeouts"] == 1 and st["store_reads"] == 1, (brief(st), log)
     assert st["shared_hits"] == n - 1 and st["shared_leases"] == 0, (brief(st), log)
     assert len(origin_gets(str(tmp_path / "access.log"), "model.bin")) == 1
@@ -930,6 +933,42 @@ def test_read_only_shared_cache_does_not_flap(swift, origin, tmp_path):
     assert st["shared_puts"] == 0 and st["shared_put_skips"] >= 3, (brief(st), log)
     down, _ = state_lines(log)
     assert down == [], log
+
+
+def test_read_only_bucket_with_leases_reads_from_the_store(swift, origin, tmp_path):
+    """A bucket whose PUTs are refused, with leases on (shared_wait > 0): the
+    first miss claims the run, and its lease PUT is refused. Nobody can tell
+    who holds the run, so the block is read from the store, and so is the
+    next one (the tier takes no writes: no lease is asked). Exactly one lease
+    GET and one lease PUT. (A claim that failed was asked again at once: a
+    loop of lease GETs, hundreds a second, and the read never ended while the
+    bucket refused writes.) One fetch thread, no readahead: the jobs go one
+    at a time, so the count is exact."""
+    data = rc.data_for("ro-leases", 2 * BLOCK)
+    (tmp_path / "src" / "model.bin").write_bytes(data)
+    n = nblocks(data)
+    with FaultProxy(swift.port) as px:
+        px.refuse = [("PUT", r"", 403)]
+        opts = shared_opts(swift, "roleases", ["shared_wait=3", "connections=1",
+                                               "readahead_max=0"], endpoint=px.url)
+        with mcfs_mount(origin.url, str(tmp_path / "b"), opts=opts, env=ENV) as b:
+            got = {}
+            t = threading.Thread(target=lambda: got.update(data=read(b.p("model.bin"))))
+            t.start()
+            t.join(60)  # it never ended before
+            ended = not t.is_alive()
+            lines = list(px.request_lines)
+            px.refuse = []  # lets a read that never ended end, and the mount stop
+            t.join(60)
+            st = b.stats()
+            log = b.log()
+    lease_lines = [ln.split(" ")[0] for ln in lines if ".lease" in ln]
+    print("counters:", brief(st))  # whole: an assertion's message is cut short
+    print("lease requests:", len(lease_lines), lease_lines[:10])
+    assert ended and got.get("data") == data, (brief(st), log)
+    assert sorted(lease_lines) == ["GET", "PUT"], lines[:20]
+    assert st["store_reads"] == n and st["shared_leases"] == 0, (brief(st), log)
+    assert st["shared_state"] == 3 and st["shared_wait_timeouts"] == 0, (brief(st), log)
 
 
 def test_replaced_file_gets_new_blocks(swift, origin, tmp_path):
