@@ -423,7 +423,7 @@ static void *stop_thread(void *arg)
 
 			if (sig == SIGHUP) {
 				refresh_all(st);
-			} else if (sig == SIGUSR2 && !st->s->ho.held) {
+			} else if (sig == SIGUSR2 && !atomic_load(&st->s->ho.held)) {
 				MCFS_WARN("SIGUSR2: nothing holds this mount's connection "
 					  "(supervise=false, no systemd descriptor store): "
 					  "not handing over");
