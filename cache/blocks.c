@@ -205,6 +205,7 @@ static void start_loading(struct cache *c, struct cache_block *b, struct cache_f
 	b->bg_job = false;
 	b->extending = false;
 	b->xerr = 0;
+	b->shared_resume = 0;
 	b->behind_pending = false;
 	b->vlo = 0;
 	b->vhi = b->len;
@@ -328,17 +329,25 @@ static int fetch_range(struct cache *c, struct cache_block *b, uint32_t lo, uint
  * Runs one job: the whole block from the disk or shared tier if one holds it
  * (*from_tier), else the pages of [vlo, vhi) the block lacks from the store,
  * one request per run of missing pages. *bytes: bytes fetched from the store.
- * No lock held: while the job runs, nobody else changes b's bitmap.
+ * FETCH_PARKED: the shared tier parked the job (another node fetches the
+ * block) and will hand it back (cache_block_resume). No lock held: while the
+ * job runs, nobody else changes b's bitmap.
  */
+#define FETCH_PARKED 1
 static int fetch(struct cache *c, struct cache_block *b, uint64_t *bytes, bool *from_tier)
 {
 	uint32_t p, end = (b->vhi + PAGE_SZ - 1) >> CACHE_PAGE_SHIFT, run;
+	enum cache_tier_got got = CACHE_TIER_NONE;
 	uint32_t len;
 	int rc;
 
 	MCFS_ASSERT_NOT_HELD(&c->lock);
 	*bytes = 0;
-	*from_tier = !b->extending && cache_tier_fill(c, b, &len); /* tiers.c */
+	if (!b->extending)
+		got = cache_tier_fill(c, b, &len); /* tiers.c */
+	*from_tier = got == CACHE_TIER_FILLED;
+	if (got == CACHE_TIER_PARKED)
+		return FETCH_PARKED;
 	if (*from_tier)
 		return 0;
 	for (p = b->vlo >> CACHE_PAGE_SHIFT; p < end; p = run) {
@@ -402,6 +411,13 @@ void *cache_fetch_thread(void *arg)
 		rc = fetch(c, b, &bytes, &from_tier);
 
 		pthread_mutex_lock(&c->lock);
+		if (rc == FETCH_PARKED) {
+			/* b and the job's reference are the shared tier's until it
+			 * hands them back (it may have already: b is not ours to touch) */
+			c->inflight--;
+			continue;
+		}
+		b->shared_resume = 0;
 		if (!from_tier) { /* fetches count store reads only */
 			c->st.fetches++;
 			note_latency(c, (double)(mcfs_now_ns() - t0) / 1e9);
@@ -455,6 +471,14 @@ void *cache_fetch_thread(void *arg)
 	}
 	pthread_mutex_unlock(&c->lock);
 	return NULL;
+}
+
+void cache_block_resume(struct cache *c, struct cache_block *b, int resume)
+{
+	pthread_mutex_lock(&c->lock);
+	b->shared_resume = (unsigned char)resume;
+	enqueue(c, b, true);
+	pthread_mutex_unlock(&c->lock);
 }
 
 /* ---- public ------------------------------------------------------------ */

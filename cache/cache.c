@@ -135,6 +135,12 @@ int cache_new(const struct cfg *cfg, struct cache **out)
 	return 0;
 }
 
+void cache_stop_waits(struct cache *c)
+{
+	if (c)
+		cache_tier_shared_stop(c);
+}
+
 void cache_free(struct cache *c)
 {
 	struct cache_file *f, *next;

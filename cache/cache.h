@@ -93,6 +93,12 @@ MCFS_MUST_CHECK int cache_new(const struct cfg *cfg, struct cache **out);
  * tier's queue, closes it and the store, and frees it all. NULL is fine. */
 void cache_free(struct cache *c);
 
+/* The daemon stops: no block waits for another node any longer (the shared
+ * tier's parked blocks go to the store now, not after their bound), so that
+ * the readers still in flight are answered and the session can end. Any
+ * thread, any number of times, before cache_free(). */
+void cache_stop_waits(struct cache *c);
+
 /* The store's kind: "posix", "http" or "s3". Borrowed: static. Can't fail. */
 const char *cache_store_kind(const struct cache *c);
 

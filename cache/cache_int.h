@@ -63,6 +63,9 @@ struct cache_block {
 	 * write-behind knows which tiers lack the block. Written by the fetch
 	 * thread that holds the job, read by it after. */
 	unsigned char fill;
+	/* How the shared tier hands back a job it parked (enum
+	 * cache_shared_resume), for the job's next ask; 0 otherwise. */
+	unsigned char shared_resume;
 	/* READY, and its fetch thread is queuing its write-behind (the job's
 	 * reference still held): cache_block_settle() waits for that. */
 	bool behind_pending;
@@ -252,12 +255,25 @@ void cache_tiers_close(struct cache *c); /* after the fetch threads stopped; sha
 MCFS_MUST_CHECK int cache_tier_shared_open(struct cache *c);
 /* Ends the shared tier's waits for other nodes (before the fetch threads are joined). */
 void cache_tier_shared_stop(struct cache *c);
+/* What cache_tier_fill() did with a block. */
+enum cache_tier_got {
+	CACHE_TIER_NONE,   /* no tier holds it: the store */
+	CACHE_TIER_FILLED, /* filled from the disk or the shared tier */
+	CACHE_TIER_PARKED, /* parked in the shared tier, which hands it back (cache_block_resume) */
+};
 /*
  * Fills b's slot with its whole block from the disk tier, else (for a job
  * that wants the whole block) from the shared tier, verified; sets b->fill
- * either way. Returns true if filled. No lock held.
+ * either way. May park the job while another node fetches the block
+ * (shared.h): the job is then the shared tier's until it calls
+ * cache_block_resume(). No lock held.
  */
-bool cache_tier_fill(struct cache *c, struct cache_block *b, uint32_t *len);
+enum cache_tier_got cache_tier_fill(struct cache *c, struct cache_block *b, uint32_t *len);
+/*
+ * Queues b's job again, at the front, after the shared tier parked it;
+ * @resume (enum cache_shared_resume) goes with the next ask. Takes c->lock.
+ */
+void cache_block_resume(struct cache *c, struct cache_block *b, int resume);
 /* True if b, just filled (b->fill), should be written behind to a tier that
  * lacks it: a whole block. Lock held. */
 bool cache_tier_wants(const struct cache *c, const struct cache_block *b);

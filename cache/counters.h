@@ -302,7 +302,9 @@ enum cache_counter_type {
 	X(CACHE, disk_owed_dropped, "disk_owed_dropped", COUNTER, "write_behind_owed_dropped_total",      \
 	  NULL,                                                                                    \
 	  "Owed blocks that left the RAM tier before the disk writer had room for them (fetched " \
-	  "again when next read, and written then).")
+	  "again when next read, and written then).")                                            \
+	X(CACHE, shared_parked, "shared_parked", GAUGE, "shared_parked_blocks", NULL,              \
+	  "Blocks parked while another node fetches them (no fetch thread waits for them).")
 /* clang-format on */
 
 /* Why there is no disk tier (disk_off_reason); cache_disk_off_text() words it. */

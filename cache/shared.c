@@ -79,9 +79,10 @@ void cache_shared_tell(struct cache_shared *sh, enum shared_ticket t, enum share
 		       const char *what, const char *key, const struct remote_blob_res *res)
 {
 	uint64_t now = mcfs_now_ns(), heard = remote_blob_heard(sh->blob);
+	/* saturated: another thread may have heard a byte since we read the clock */
 	enum shared_outcome o =
 	    shared_outcome(op, rc, res->status, res->busy, res->quiet, res->unanswered,
-			   heard ? now - heard : UINT64_MAX, sh->timeout_ns);
+			   heard ? mcfs_since_ns(now, heard) : UINT64_MAX, sh->timeout_ns);
 	const char *why = res->error[0] ? res->error : "failed";
 	enum shared_state was, is;
 	uint64_t since;
@@ -340,6 +341,7 @@ static void free_shared(struct cache_shared *sh)
 	remote_blob_close(sh->blob);
 	cache_shared_seal_free(sh->seal);
 	pthread_mutex_destroy(&sh->lock);
+	pthread_mutex_destroy(&sh->stop_lock);
 	pthread_cond_destroy(&sh->work);
 	pthread_cond_destroy(&sh->changed);
 	pthread_cond_destroy(&sh->room);
@@ -348,7 +350,9 @@ static void free_shared(struct cache_shared *sh)
 }
 
 int cache_shared_open(const struct cfg *cfg, const char *store, uint64_t bs, unsigned queue_max,
-		      void (*done)(void *ctx, void *arg), void *ctx, struct cache_shared **out)
+		      void (*done)(void *ctx, void *arg),
+		      void (*wake)(void *ctx, void *park, int resume), void *ctx,
+		      struct cache_shared **out)
 {
 	struct cache_shared *sh = calloc(1, sizeof(*sh));
 	pthread_condattr_t ca;
@@ -363,6 +367,7 @@ int cache_shared_open(const struct cfg *cfg, const char *store, uint64_t bs, uns
 	sh->run_blocks = MCFS_MAX(1, MCFS_MIN(SHARED_RUN_MAX, cfg->shared_run / bs));
 	sh->timeout_ns = (uint64_t)(cfg->shared_timeout * 1e9);
 	sh->done = done;
+	sh->wake = wake;
 	sh->ctx = ctx;
 	sh->qmax = MCFS_MAX(1, queue_max);
 	shared_health_init(&sh->health, mcfs_now_ns());
@@ -371,6 +376,7 @@ int cache_shared_open(const struct cfg *cfg, const char *store, uint64_t bs, uns
 	shared_runs_init(&sh->runs, sh->wait_ns, MCFS_MIN(SHARED_LOOK_NS, sh->wait_ns / 4));
 	make_node_id(sh->node, sizeof(sh->node));
 	pthread_mutex_init(&sh->lock, NULL);
+	pthread_mutex_init(&sh->stop_lock, NULL);
 	pthread_cond_init(&sh->work, NULL);
 	pthread_condattr_init(&ca);
 	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
@@ -390,6 +396,10 @@ int cache_shared_open(const struct cfg *cfg, const char *store, uint64_t bs, uns
 		if (rc == 0)
 			sh->nwriters++;
 	}
+	if (rc == 0 && sh->wait_ns > 0 && wake) {
+		rc = -pthread_create(&sh->parker, NULL, cache_shared_parker, sh);
+		sh->parker_on = sh->parking = rc == 0;
+	}
 	if (rc < 0) {
 		cache_shared_close(sh);
 		return rc;
@@ -406,6 +416,14 @@ void cache_shared_stop(struct cache_shared *sh)
 	sh->stopping = true;
 	pthread_cond_broadcast(&sh->changed);
 	pthread_mutex_unlock(&sh->lock);
+	/* the parker wakes every parked block, then ends: no wake after this,
+	 * whichever thread stops first (the signal thread, then cache_free) */
+	pthread_mutex_lock(&sh->stop_lock);
+	if (sh->parker_on) {
+		pthread_join(sh->parker, NULL);
+		sh->parker_on = false;
+	}
+	pthread_mutex_unlock(&sh->stop_lock);
 }
 
 void cache_shared_close(struct cache_shared *sh)
@@ -453,5 +471,6 @@ void cache_shared_get_stats(struct cache_shared *sh, struct cache_stats *out)
 	out->shared_errors = load(&sh->errors);
 	pthread_mutex_lock(&sh->lock);
 	out->shared_queued = sh->qn + sh->writing;
+	out->shared_parked = atomic_load(&sh->nparked);
 	pthread_mutex_unlock(&sh->lock);
 }

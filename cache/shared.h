@@ -56,6 +56,13 @@ struct cache_stats;
 /* Longest object name we make (an S3 key may be 1024 bytes; the prefix adds to it). */
 #define CACHE_SHARED_KEY_MAX 384
 
+/* How a parked block comes back (the wake callback, then cache_shared_get() again). */
+enum cache_shared_resume {
+	CACHE_SHARED_FIRST = 0,	  /* not parked before: ask from the start */
+	CACHE_SHARED_RESUMED = 1, /* its run changed (named, taken, given back): ask the run */
+	CACHE_SHARED_WAITED = 2,  /* its wait is over (twice shared_wait, or stopping): the store */
+};
+
 /* One block, as the shared tier names it. Borrowed for the call. */
 struct cache_shared_block {
 	const char *path;    /* the file, relative to the store's root */
@@ -63,6 +70,11 @@ struct cache_shared_block {
 	uint64_t size;	     /* its size in bytes */
 	uint64_t index;	     /* the block's number in the file */
 	uint32_t len;	     /* the block's bytes: block_size, less for the last */
+	/* The caller's token for a wait: non-NULL lets a block that would wait
+	 * for another node be parked (CACHE_SHARED_PARKED) instead of holding
+	 * the calling thread; NULL waits in the call. */
+	void *park;
+	unsigned char resume; /* enum cache_shared_resume: how it comes back */
 };
 
 /*
@@ -126,13 +138,18 @@ enum cache_shared_got {
 	/* asked, and the request failed (the tier may still be up: one late
 	 * answer on a busy service): fetch, then write it if still up and absent */
 	CACHE_SHARED_FAILED,
+	/* another node fetches it: parked (blk->park), the calling thread free;
+	 * wake(ctx, park, resume) says when to call cache_shared_get() again */
+	CACHE_SHARED_PARKED,
 };
 
 /*
  * Opens the tier at cfg->shared_cache for a store named @store (borrowed for
  * the call; see cache_shared_key()) with blocks of @bs bytes, and starts its
- * writer threads. @done(@ctx, arg) is called once for each put accepted,
- * after it was written or dropped. @queue_max bounds the write queue.
+ * writer threads, and (leases on) its parker thread. @done(@ctx, arg) is
+ * called once for each put accepted, after it was written or dropped;
+ * @wake(@ctx, park, resume) once for each block parked, from the parker
+ * thread with no lock of the tier's held. @queue_max bounds the write queue.
  * Reads cfg->shared_key_file first: a key file refused there
  * (cache_shared_seal_load(), logged) fails the open. Then checks the bucket
  * and the credentials: returns -EACCES (refused) or -ENOENT (no such
@@ -142,9 +159,12 @@ enum cache_shared_got {
  */
 MCFS_MUST_CHECK int cache_shared_open(const struct cfg *cfg, const char *store, uint64_t bs,
 				      unsigned queue_max, void (*done)(void *ctx, void *arg),
-				      void *ctx, struct cache_shared **out);
+				      void (*wake)(void *ctx, void *park, int resume), void *ctx,
+				      struct cache_shared **out);
 
-/* Ends waits for other nodes' blocks now (the cache is stopping). Can't fail. */
+/* Ends waits for other nodes' blocks now (the cache is stopping): every parked
+ * block is woken with CACHE_SHARED_WAITED, and no wake comes after the return.
+ * Can't fail. */
 void cache_shared_stop(struct cache_shared *sh);
 
 /* Writes what is queued (or drops it if the tier is down), calls every
@@ -154,8 +174,10 @@ void cache_shared_close(struct cache_shared *sh);
 /*
  * Looks for @blk (a whole block) and, when found and verified, puts its
  * blk->len bytes in @buf. May wait for another node's fetch of it while that
- * node's lease shows progress (shared_wait without). @buf must hold blk->len
- * bytes. Returns what it found.
+ * node's lease shows progress (shared_wait without): in the call, or parked
+ * (blk->park: CACHE_SHARED_PARKED; the tier's parker thread watches the run,
+ * and wake() hands the block back, @buf untouched meanwhile). @buf must hold
+ * blk->len bytes. Returns what it found.
  */
 enum cache_shared_got cache_shared_get(struct cache_shared *sh,
 				       const struct cache_shared_block *blk, void *buf);

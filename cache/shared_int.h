@@ -35,6 +35,16 @@ struct put_job {
 	void *arg;
 };
 
+/* A block parked while another node fetches it (shared_read.c). */
+struct shared_parked {
+	struct shared_parked *next;
+	char lkey[SHARED_LEASE_KEY_MAX]; /* its run's lease */
+	uint64_t index;			 /* its number in the run */
+	uint64_t deadline_ns;		 /* woken WAITED then: twice shared_wait */
+	void *park;			 /* the caller's token */
+	int resume;			 /* enum cache_shared_resume, once taken off */
+};
+
 struct cache_shared {
 	struct remote_blob *blob;
 	struct cache_shared_seal *seal; /* the cluster's key: seals and checks blocks */
@@ -48,6 +58,7 @@ struct cache_shared {
 	atomic_int conditional;	    /* lease PUTs with If-None-Match: 1 taken, -1 refused */
 	atomic_int state;	    /* health.state, for reads without the lock */
 	void (*done)(void *ctx, void *arg);
+	void (*wake)(void *ctx, void *park, int resume);
 	void *ctx;
 
 	pthread_mutex_t lock;	/* guards what follows, but the counters */
@@ -63,6 +74,12 @@ struct cache_shared {
 	bool stopping;	  /* no more waiting for other nodes */
 	pthread_t writers[SHARED_WRITERS];
 	unsigned nwriters;
+	struct shared_parked *parked; /* blocks waiting for other nodes, newest first */
+	atomic_uint nparked;	      /* their number, for the stats */
+	bool parking;		      /* the parker was started: blocks may park */
+	pthread_t parker;	      /* watches their runs (shared_read.c) */
+	pthread_mutex_t stop_lock; /* guards parker_on: the join, once, before any stop returns */
+	bool parker_on;		   /* started, and not joined yet */
 
 	/* The shared_* rows of cache/counters.h; relaxed. */
 	atomic_uint_fast64_t hits, misses, read_bytes, waits, wait_timeouts, puts, put_bytes,
@@ -73,6 +90,11 @@ static inline void shared_count(atomic_uint_fast64_t *c, uint64_t n)
 {
 	atomic_fetch_add_explicit(c, n, memory_order_relaxed);
 }
+
+/* The parker thread (shared_read.c): watches the runs of the parked blocks,
+ * looks at their leases and claims them as a waiting thread would, and wakes
+ * each block when it may be asked again; at stop, wakes them all WAITED. */
+void *cache_shared_parker(void *arg);
 
 /* Waits on sh->changed (sh->lock held) for @ns at most. */
 void cache_shared_sleep(struct cache_shared *sh, uint64_t ns);

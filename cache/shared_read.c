@@ -27,8 +27,19 @@
  * shows no new block for shared_wait is taken over: a dead holder costs a
  * waiter one shared_wait per run; one written again with no new block (a
  * hog: a holder writes it only with one) is taken at the look that sees it.
- * A waiting fetch thread is held (not parked), so its wait has a strict
- * bound: twice shared_wait, after which it fetches its block itself.
+ * A waiting block has a strict bound: twice shared_wait, after which it is
+ * fetched from the store.
+ *
+ * Parking: a caller that passes a token (blk->park: the cache's fetch
+ * threads do) does not wait in the call. Its block is parked on sh->parked
+ * and the call returns CACHE_SHARED_PARKED, so that the thread goes on with
+ * other jobs: a node whose fetch threads all waited for other nodes' runs
+ * read nothing else meanwhile. One parker thread runs the same steps for
+ * every parked block (looks at leases, claims a run a dead or hogging holder
+ * left), and hands a block back through wake() once its run changed (the
+ * lease names it, the run became ours or was given back: RESUMED, and the
+ * next call goes straight to the run's step) or its bound passed (WAITED:
+ * the store).
  */
 #define _GNU_SOURCE
 #include "shared_int.h"
@@ -38,6 +49,7 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #define SETTLE_MIN_NS 10000000ull  /* a claim's pause before its read-back, at least */
@@ -132,6 +144,7 @@ int cache_shared_put_lease(struct cache_shared *sh, const char *lkey, const stru
 	enum shared_ticket t = cache_shared_ask(sh, SHARED_OP_WRITE);
 	int rc;
 
+	memset(res, 0, sizeof(*res)); /* no answer, when no request goes */
 	if (t == SHARED_T_NONE)
 		return -ENOTCONN;
 	rc = remote_blob_put_small(sh->blob, lkey, body, n, if_absent, res);
@@ -196,8 +209,15 @@ static int claim(struct cache_shared *sh, const char *lkey, bool over)
 	return rc == -ENOENT ? 1 : rc;
 }
 
-/* Asks (or takes over) run @lkey and records the answer. Called and returns with sh->lock held. */
-static void ask(struct cache_shared *sh, const char *lkey, bool over)
+/*
+ * Asks (or takes over) run @lkey and records the answer: claim()'s. Called
+ * and returns with sh->lock held. Below 0 (nobody can tell: the service
+ * failed, is down or refuses writes), the caller's block goes to the store,
+ * and the run's next miss asks again: asked again at once, a claim that
+ * cannot be written failed in a loop of lease GETs, and its block never
+ * came (a read-only bucket: hundreds of GETs a second, for as long as it was).
+ */
+static int ask(struct cache_shared *sh, const char *lkey, bool over)
 {
 	int rc;
 
@@ -208,21 +228,68 @@ static void ask(struct cache_shared *sh, const char *lkey, bool over)
 	pthread_mutex_lock(&sh->lock);
 	shared_run_claimed(&sh->runs, lkey, rc, mcfs_now_ns());
 	pthread_cond_broadcast(&sh->changed);
+	return rc;
 }
 
-/* After a miss of @blk (@key, its run @lkey): OWNED, HIT (waited for), MISS, BAD, FAILED or SKIP.
+/*
+ * A STEP_LOOK at run @lkey: reads its lease, records what it held, and takes
+ * the run over when it showed no progress. Called and returns with sh->lock held.
  */
+static void look(struct cache_shared *sh, const char *lkey)
+{
+	struct shared_lease l;
+	uint64_t age;
+	bool over;
+	int rc;
+
+	pthread_mutex_unlock(&sh->lock);
+	rc = read_lease(sh, lkey, &l, &age);
+	pthread_mutex_lock(&sh->lock);
+	over = shared_run_looked(&sh->runs, lkey, rc, &l, age, mcfs_now_ns());
+	pthread_cond_broadcast(&sh->changed);
+	if (over) {
+		shared_count(&sh->wait_timeouts, 1);
+		MCFS_DEBUG(
+		    "shared cache %s%s: no progress (shared_wait %.1f s); taking the run over",
+		    sh->name, lkey, (double)sh->wait_ns / 1e9);
+		ask(sh, lkey, true);
+	}
+}
+
+/* Parks block @index of run @lkey (@park, the caller's token) until @deadline.
+ * 0, or -1 (no parker, stopping, or no memory: the caller waits itself). Lock held. */
+static int park(struct cache_shared *sh, const char *lkey, uint64_t index, uint64_t deadline,
+		void *park)
+{
+	struct shared_parked *p;
+
+	if (sh->stopping || !sh->parking)
+		return -1;
+	p = malloc(sizeof(*p));
+	if (!p)
+		return -1;
+	snprintf(p->lkey, sizeof(p->lkey), "%s", lkey);
+	p->index = index;
+	p->deadline_ns = deadline;
+	p->park = park;
+	p->resume = CACHE_SHARED_FIRST;
+	p->next = sh->parked;
+	sh->parked = p;
+	atomic_fetch_add(&sh->nparked, 1);
+	pthread_cond_broadcast(&sh->changed); /* the parker: a new deadline */
+	return 0;
+}
+
+/* After a miss of @blk (@key, its run @lkey): OWNED, HIT (waited for), MISS, BAD, FAILED, SKIP
+ * or PARKED. */
 static enum cache_shared_got leased(struct cache_shared *sh, const char *key, const char *lkey,
 				    const struct cache_shared_block *blk, void *buf)
 {
-	uint64_t index = blk->index % sh->run_blocks, wait, age, now;
+	uint64_t index = blk->index % sh->run_blocks, wait, now;
 	/* a holder busy with other blocks of the run holds this one twice the bound, at most */
 	uint64_t deadline = mcfs_now_ns() + 2 * sh->wait_ns;
 	enum cache_shared_got got = CACHE_SHARED_MISS;
-	struct shared_lease l;
 	enum shared_ticket t;
-	bool over;
-	int rc;
 
 	pthread_mutex_lock(&sh->lock);
 	while (!sh->stopping) {
@@ -237,24 +304,18 @@ static enum cache_shared_got leased(struct cache_shared *sh, const char *key, co
 				    sh->name, key);
 				break;
 			}
+			if (blk->park && park(sh, lkey, index, deadline, blk->park) == 0) {
+				got = CACHE_SHARED_PARKED;
+				break;
+			}
 			cache_shared_sleep(sh, MCFS_MIN(wait, deadline - now));
 			continue;
 		case SHARED_STEP_ASK:
-			ask(sh, lkey, false);
+			if (ask(sh, lkey, false) < 0)
+				break; /* the store */
 			continue;
 		case SHARED_STEP_LOOK:
-			pthread_mutex_unlock(&sh->lock);
-			rc = read_lease(sh, lkey, &l, &age);
-			pthread_mutex_lock(&sh->lock);
-			over = shared_run_looked(&sh->runs, lkey, rc, &l, age, mcfs_now_ns());
-			pthread_cond_broadcast(&sh->changed);
-			if (over) {
-				shared_count(&sh->wait_timeouts, 1);
-				MCFS_DEBUG("shared cache %s%s: no progress (shared_wait %.1f "
-					   "s); taking the run over",
-					   sh->name, lkey, (double)sh->wait_ns / 1e9);
-				ask(sh, lkey, true);
-			}
+			look(sh, lkey);
 			continue;
 		case SHARED_STEP_FETCH:
 			got = CACHE_SHARED_OWNED;
@@ -282,18 +343,125 @@ enum cache_shared_got cache_shared_get(struct cache_shared *sh,
 	char key[CACHE_SHARED_KEY_MAX], lkey[SHARED_LEASE_KEY_MAX];
 	enum cache_shared_got got;
 	enum shared_ticket t;
+	bool leasing;
 
 	if (cache_shared_key(sh->store, sh->bs, blk, key, sizeof(key)) < 0)
 		return CACHE_SHARED_SKIP;
+	if (blk->resume == CACHE_SHARED_WAITED)
+		return CACHE_SHARED_MISS; /* its wait is over: fetched, then written if absent */
+	leasing = sh->wait_ns > 0 && atomic_load(&sh->state) == SHARED_UP &&
+		  cache_shared_lease_key(sh, blk, lkey, sizeof(lkey)) == 0;
+	/* a parked block whose run changed: the run's step says what now (the
+	 * GET it missed before is not repeated) */
+	if (blk->resume == CACHE_SHARED_RESUMED && leasing) {
+		got = leased(sh, key, lkey, blk, buf);
+		if (got == CACHE_SHARED_HIT)
+			shared_count(&sh->hits, 1);
+		return got;
+	}
 	t = cache_shared_ask(sh, SHARED_OP_READ);
 	if (t == SHARED_T_NONE)
 		return CACHE_SHARED_SKIP;
 	got = get_block(sh, t, key, blk, buf);
 	/* leases only while the tier takes writes: a run's waiters need its blocks written */
-	if (got == CACHE_SHARED_MISS && sh->wait_ns > 0 && atomic_load(&sh->state) == SHARED_UP &&
-	    cache_shared_lease_key(sh, blk, lkey, sizeof(lkey)) == 0)
+	if (got == CACHE_SHARED_MISS && leasing)
 		got = leased(sh, key, lkey, blk, buf);
 	if (got == CACHE_SHARED_HIT)
 		shared_count(&sh->hits, 1);
 	return got;
+}
+
+/* Takes @p off sh->parked (@pp points at it) onto *@woken with @resume. Lock held. */
+static void unpark(struct cache_shared *sh, struct shared_parked **pp, struct shared_parked *p,
+		   int resume, struct shared_parked **woken)
+{
+	*pp = p->next;
+	p->resume = resume;
+	p->next = *woken;
+	*woken = p;
+	atomic_fetch_sub(&sh->nparked, 1);
+}
+
+/*
+ * One pass over the parked blocks at @now: takes off those that may be asked
+ * again onto *@woken, and sets *@next to the earliest time a wait ends.
+ * Returns true when it ran a request (a look or a claim: the lock was
+ * dropped, the list may have grown); the caller passes again. Lock held.
+ */
+static bool park_pass(struct cache_shared *sh, uint64_t now, uint64_t *next,
+		      struct shared_parked **woken)
+{
+	struct shared_parked **pp = &sh->parked, *p;
+	uint64_t wait;
+
+	while ((p = *pp)) {
+		if (sh->stopping) {
+			unpark(sh, pp, p, CACHE_SHARED_WAITED, woken);
+			continue;
+		}
+		if (p->resume == CACHE_SHARED_WAITED) { /* its claim failed: the store */
+			unpark(sh, pp, p, CACHE_SHARED_WAITED, woken);
+			continue;
+		}
+		if (now >= p->deadline_ns) {
+			shared_count(&sh->wait_timeouts, 1);
+			MCFS_DEBUG("shared cache %s%s (block %" PRIu64 " of its run): not written "
+				   "within twice shared_wait; fetching it from the store",
+				   sh->name, p->lkey, p->index);
+			unpark(sh, pp, p, CACHE_SHARED_WAITED, woken);
+			continue;
+		}
+		switch (shared_run_step(&sh->runs, p->lkey, p->index, now, &wait)) {
+		case SHARED_STEP_WAIT:
+			*next = MCFS_MIN(*next, MCFS_MIN(now + wait, p->deadline_ns));
+			pp = &p->next;
+			break;
+		case SHARED_STEP_ASK: /* the run was forgotten (stale): claimed as a waiter would */
+			if (ask(sh, p->lkey, false) < 0)
+				p->resume = CACHE_SHARED_WAITED; /* still parked: the next pass */
+			return true;
+		case SHARED_STEP_LOOK:
+			look(sh, p->lkey);
+			return true;
+		default: /* named (GET), ours (FETCH), given back or no slot (STORE) */
+			unpark(sh, pp, p, CACHE_SHARED_RESUMED, woken);
+			break;
+		}
+	}
+	return false;
+}
+
+void *cache_shared_parker(void *arg)
+{
+	struct cache_shared *sh = arg;
+	struct shared_parked *woken, *p;
+	uint64_t now, next;
+	bool ran;
+
+	pthread_setname_np(pthread_self(), "mcfs-shpark");
+	pthread_mutex_lock(&sh->lock);
+	for (;;) {
+		woken = NULL;
+		now = mcfs_now_ns();
+		next = now + SHARED_RETRY_NS;
+		ran = park_pass(sh, now, &next, &woken);
+		if (woken) {
+			/* the callbacks take the cache's lock: never under ours */
+			pthread_mutex_unlock(&sh->lock);
+			while ((p = woken)) {
+				woken = p->next;
+				sh->wake(sh->ctx, p->park, p->resume);
+				free(p);
+			}
+			pthread_mutex_lock(&sh->lock);
+			continue;
+		}
+		if (ran)
+			continue;
+		if (sh->stopping)
+			break; /* every block woken; no new one parks once stopping */
+		cache_shared_sleep(sh, next - now);
+	}
+	pthread_mutex_unlock(&sh->lock);
+	return NULL;
 }

@@ -280,6 +280,14 @@ void cache_tiers_close(struct cache *c)
 	c->lockfd = -1;
 }
 
+#ifdef MCFS_HAVE_NET
+/* The shared tier hands back a job it parked (shared.h: wake). */
+static void shared_wake(void *ctx, void *park, int resume)
+{
+	cache_block_resume(ctx, park, resume);
+}
+#endif
+
 int cache_tier_shared_open(struct cache *c)
 {
 	char store[128];
@@ -296,7 +304,8 @@ int cache_tier_shared_open(struct cache *c)
 	}
 	/* Each queued write pins a RAM slot: at most a quarter of them, as the disk's. */
 	qmax = (unsigned)MCFS_MAX(1, MCFS_MIN(c->cfg->shared_queue, c->nslots / 4));
-	return cache_shared_open(c->cfg, store, c->bs, qmax, cache_disk_done, c, &c->shared);
+	return cache_shared_open(c->cfg, store, c->bs, qmax, cache_disk_done, shared_wake, c,
+				 &c->shared);
 #else
 	(void)store;
 	(void)qmax;
@@ -327,18 +336,23 @@ static void describe(const struct cache *c, const struct cache_block *b,
 	out->len = cache_file_block_len(c, b->file, b->index);
 }
 
-/* Asks the shared tier for b's whole block; sets b->fill. */
-static bool shared_fill(struct cache *c, struct cache_block *b, uint32_t *len)
+/* Asks the shared tier for b's whole block; sets b->fill. A wait for
+ * another node parks the job (the fetch thread goes on with others). */
+static enum cache_tier_got shared_fill(struct cache *c, struct cache_block *b, uint32_t *len)
 {
 #ifdef MCFS_HAVE_NET
 	struct cache_shared_block blk;
 
 	describe(c, b, &blk);
+	blk.park = b;
+	blk.resume = b->shared_resume;
 	switch (cache_shared_get(c->shared, &blk, b->data)) {
+	case CACHE_SHARED_PARKED:
+		return CACHE_TIER_PARKED;
 	case CACHE_SHARED_HIT:
 		b->fill = CACHE_FILL_SHARED;
 		*len = blk.len;
-		return true;
+		return CACHE_TIER_FILLED;
 	case CACHE_SHARED_MISS:
 		b->fill = CACHE_FILL_STORE_MISS;
 		break;
@@ -359,10 +373,10 @@ static bool shared_fill(struct cache *c, struct cache_block *b, uint32_t *len)
 	(void)b;
 	(void)len;
 #endif
-	return false;
+	return CACHE_TIER_NONE;
 }
 
-bool cache_tier_fill(struct cache *c, struct cache_block *b, uint32_t *len)
+enum cache_tier_got cache_tier_fill(struct cache *c, struct cache_block *b, uint32_t *len)
 {
 	uint32_t whole = cache_file_block_len(c, b->file, b->index);
 	struct cache_meta_key key;
@@ -377,14 +391,14 @@ bool cache_tier_fill(struct cache *c, struct cache_block *b, uint32_t *len)
 		if (cache_disk_read(c->disk, &key, b->data, c->bs, &n) == 0 && n == whole) {
 			b->fill = CACHE_FILL_DISK;
 			*len = n;
-			return true;
+			return CACHE_TIER_FILLED;
 		}
 	}
 	/* Whole blocks only: a random reader's few pages are not worth a block's
 	 * GET, and only whole blocks are written there. */
 	if (c->shared && b->vlo == 0 && b->vhi == whole)
 		return shared_fill(c, b, len);
-	return false;
+	return CACHE_TIER_NONE;
 }
 
 /* Does the shared tier lack b, which came from the store after asking it? */

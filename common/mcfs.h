@@ -84,6 +84,17 @@ void mcfs_log(int level, const char *fmt, ...) __attribute__((format(printf, 2, 
 unsigned long long mcfs_now_ns(void);
 
 /*
+ * Nanoseconds from @then to @now, two mcfs_now_ns() times; 0 when @then is
+ * the later one. A time another thread stamped (when it last heard a byte)
+ * can be later than the clock this thread read just before looking at it;
+ * plain "now - then" wraps to about 584 years there. Can't fail.
+ */
+static inline unsigned long long mcfs_since_ns(unsigned long long now, unsigned long long then)
+{
+	return now > then ? now - then : 0;
+}
+
+/*
  * Copies @url into @out (truncated to @outlen) with any "user:pass@" removed:
  * what log lines, the mount's fsname and cache names show of a source. A
  * plain path comes back unchanged. Can't fail.

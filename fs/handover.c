@@ -289,7 +289,7 @@ static int hand_to_holders(struct fs_session *s)
 				 "(FileDescriptorStoreMax= unset in the unit?)");
 		}
 	}
-	h->held = rc == 0 && (h->sup_fd >= 0 || h->systemd);
+	atomic_store(&h->held, rc == 0 && (h->sup_fd >= 0 || h->systemd));
 	return rc;
 }
 

@@ -65,7 +65,7 @@ struct fs_handover {
 	int sup_fd;	      /* the supervisor's socket (MCFS_SUPERVISOR_FD), or -1 */
 	bool systemd;	      /* NOTIFY_SOCKET is set: systemd's store holds the descriptors */
 	bool resume;	      /* this daemon resumes a connection (fuse_fd from a holder) */
-	bool held;	      /* a holder keeps the descriptors: a crash is survived */
+	atomic_bool held;     /* a holder keeps them: a crash survives; the signal thread reads */
 	pthread_mutex_t lock; /* guards end and the writes to state_fd */
 	uint64_t end;	      /* the log's end */
 	/* The INIT replayed on resume (libfuse reads it first), then the answer swallowed. */

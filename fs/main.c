@@ -366,11 +366,20 @@ static void stop_signal_set(sigset_t *set)
 /* Ends the loop: from the stop thread, or from the ready thread when the mount does not answer. */
 static void stop_request(struct stopper *st)
 {
+	bool serving;
+
 	atomic_store(&st->requested, true);
 	pthread_mutex_lock(&st->lock);
-	if (st->se)
+	serving = st->se != NULL;
+	if (serving)
 		fuse_session_exit(st->se);
 	pthread_mutex_unlock(&st->lock);
+	/* A stop (not a hand-over, whose waiting requests the next daemon gets
+	 * again): a read waiting for another node's block would hold the session
+	 * up to twice shared_wait; it goes to the store now. The cache lives
+	 * until after stopper_stop() joined this thread. */
+	if (serving && !atomic_load(&st->s->ho.upgrade))
+		cache_stop_waits(st->s->cache);
 	pthread_kill(st->tid, SIGUSR1); /* out of sigtimedwait(), to start kicking */
 }
 
@@ -414,7 +423,7 @@ static void *stop_thread(void *arg)
 
 			if (sig == SIGHUP) {
 				refresh_all(st);
-			} else if (sig == SIGUSR2 && !st->s->ho.held) {
+			} else if (sig == SIGUSR2 && !atomic_load(&st->s->ho.held)) {
 				MCFS_WARN("SIGUSR2: nothing holds this mount's connection "
 					  "(supervise=false, no systemd descriptor store): "
 					  "not handing over");

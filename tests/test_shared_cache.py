@@ -19,13 +19,17 @@ block forged by a holder of the bucket's credentials, without the cluster's
 key (refused, counted, never kept, written over), a node with another key; a
 missing or loose key file (the mount fails, saying why); a lease written by a
 node whose clock is an hour off (judged by the service's clock); and a
-bucket that refuses writes (reported once, read on, no flapping).
+bucket that refuses writes (reported once, read on, no flapping; with leases
+on, a refused claim sends its block to the store, once).
 """
+import errno
 import hmac
 import os
 import re
+import signal
 import time
 import threading
+import subprocess
 
 import pytest
 
@@ -263,6 +267,7 @@ def test_daemons_reading_at_once_share_the_store_reads(swift, origin, tmp_path):
         [t.join() for t in ts]
         assert got[a.path] == data and got[b.path] == data
         sa, sb = a.stats(), b.stats()
+    print("counters:", brief(sa), brief(sb))  # whole: an assertion's message is cut short
     # one lease for the file's one run: its holder reads every block from the
     # store, the other none (it waits for each, or finds it written)
     holder, other = (sa, sb) if sa["shared_leases"] else (sb, sa)
@@ -450,9 +455,87 @@ def test_block_never_written_waits_a_bound(swift, origin, tmp_path):
         stop.set()
         if h.is_alive():
             h.join()
+    print("counters:", brief(st))  # whole: an assertion's message is cut short
     assert st["shared_wait_timeouts"] == 1 and st["store_reads"] == 1, (brief(st), log)
     assert st["shared_hits"] == n - 1 and st["shared_leases"] == 0, (brief(st), log)
     assert len(origin_gets(str(tmp_path / "access.log"), "model.bin")) == 1
+
+
+def test_parked_blocks_hold_no_fetch_thread(swift, origin, tmp_path):
+    """Issue 26: a block that waits for another node's run is parked, and no
+    fetch thread waits with it. One fetch thread (connections=1); model.bin's
+    run is held by another node that has written none of its blocks yet: the
+    daemon parks the blocks it asks for, and meanwhile reads other.bin, which
+    no node holds, whole from the store (when a waiting block held its fetch
+    thread, that thread waited up to twice shared_wait, and other.bin with
+    it). Once the holder writes the blocks and names them in its lease, the
+    parked ones come back and are read from the shared cache: none of
+    model.bin from the store."""
+    data, n, opts = fill(swift, origin, tmp_path, "parked", 8 * BLOCK, ["shared_wait=60"])
+    other = rc.data_for("parked-other", 3 * BLOCK)
+    (tmp_path / "src" / "other.bin").write_bytes(other)
+    lkey, blocks = held_by_other(swift, "parked")
+    s3 = swift.s3()
+    with mcfs_mount(origin.url, str(tmp_path / "b"), opts=opts + ["connections=1"],
+                    env=ENV) as b:
+        got = {}
+        t = threading.Thread(target=lambda: got.update(data=read(b.p("model.bin"))))
+        t.start()
+        try:
+            # block 0 and readahead's block 1 wait, with one fetch thread
+            assert wait_for(lambda: b.stats()["shared_parked"] >= 2, 30), brief(b.stats())
+            assert read(b.p("other.bin")) == other
+            mid = b.stats()
+            # other.bin was read while model.bin's blocks still waited (the
+            # holder writes nothing before this point; a wait lasts 120 s)
+            assert mid["shared_parked"] >= 1 and t.is_alive(), brief(mid)
+        finally:
+            for k, body in blocks.items():
+                s3.put_object(Bucket=SHARED, Key=k, Body=body)
+            bits = (1 << len(blocks)) - 1
+            s3.put_object(Bucket=SHARED, Key=lkey, Body=("%s %x\n" % (OTHER, bits)).encode())
+            t.join(120)
+        assert got.get("data") == data
+        st = written(b, nblocks(other))
+        log = b.log()
+    assert st["store_reads"] == nblocks(other), (brief(st), log)
+    assert st["shared_hits"] == n and st["shared_waits"] >= 2, (brief(st), log)
+    assert st["shared_parked"] == 0 and st["shared_wait_timeouts"] == 0, (brief(st), log)
+    assert st["shared_leases"] == 1 and st["shared_errors"] == 0, (brief(st), log)
+
+
+def test_stop_with_blocks_parked(swift, origin, tmp_path):
+    """A stop (SIGTERM) while blocks are parked, their run held by a node that
+    writes nothing: the tier wakes them for the store at once and the daemon
+    exits 0, not after their wait (twice shared_wait, 120 s here; before, the
+    session waited for the reader, and the reader for the wait); the reader
+    ends, with its bytes or an error (the mount is gone)."""
+    data, n, opts = fill(swift, origin, tmp_path, "parkstop", 8 * BLOCK, ["shared_wait=60"])
+    held_by_other(swift, "parkstop")
+    errors = []
+
+    def reader(path):
+        try:
+            read(path)
+        except OSError as e:
+            errors.append(e.errno)
+
+    with mcfs_mount(origin.url, str(tmp_path / "b"), opts=opts + ["connections=1"],
+                    env=ENV) as b:
+        t = threading.Thread(target=reader, args=(b.p("model.bin"),))
+        t.start()
+        assert wait_for(lambda: b.stats()["shared_parked"] >= 2, 30), brief(b.stats())
+        # a stop (systemd's SIGTERM): done long before the parked blocks' wait
+        b.proc.send_signal(signal.SIGTERM)
+        try:
+            rc_ = b.proc.wait(30)
+        except subprocess.TimeoutExpired:
+            rc_ = None
+        log = b.log()
+    assert rc_ == 0, (rc_, log)
+    t.join(30)
+    assert not t.is_alive()
+    assert errors in ([], [errno.ENOTCONN], [errno.EIO]), errors
 
 
 def test_runs_of_a_node_alone(swift, origin, tmp_path):
@@ -850,6 +933,42 @@ def test_read_only_shared_cache_does_not_flap(swift, origin, tmp_path):
     assert st["shared_puts"] == 0 and st["shared_put_skips"] >= 3, (brief(st), log)
     down, _ = state_lines(log)
     assert down == [], log
+
+
+def test_read_only_bucket_with_leases_reads_from_the_store(swift, origin, tmp_path):
+    """A bucket whose PUTs are refused, with leases on (shared_wait > 0): the
+    first miss claims the run, and its lease PUT is refused. Nobody can tell
+    who holds the run, so the block is read from the store, and so is the
+    next one (the tier takes no writes: no lease is asked). Exactly one lease
+    GET and one lease PUT. (A claim that failed was asked again at once: a
+    loop of lease GETs, hundreds a second, and the read never ended while the
+    bucket refused writes.) One fetch thread, no readahead: the jobs go one
+    at a time, so the count is exact."""
+    data = rc.data_for("ro-leases", 2 * BLOCK)
+    (tmp_path / "src" / "model.bin").write_bytes(data)
+    n = nblocks(data)
+    with FaultProxy(swift.port) as px:
+        px.refuse = [("PUT", r"", 403)]
+        opts = shared_opts(swift, "roleases", ["shared_wait=3", "connections=1",
+                                               "readahead_max=0"], endpoint=px.url)
+        with mcfs_mount(origin.url, str(tmp_path / "b"), opts=opts, env=ENV) as b:
+            got = {}
+            t = threading.Thread(target=lambda: got.update(data=read(b.p("model.bin"))))
+            t.start()
+            t.join(60)  # it never ended before
+            ended = not t.is_alive()
+            lines = list(px.request_lines)
+            px.refuse = []  # lets a read that never ended end, and the mount stop
+            t.join(60)
+            st = b.stats()
+            log = b.log()
+    lease_lines = [ln.split(" ")[0] for ln in lines if ".lease" in ln]
+    print("counters:", brief(st))  # whole: an assertion's message is cut short
+    print("lease requests:", len(lease_lines), lease_lines[:10])
+    assert ended and got.get("data") == data, (brief(st), log)
+    assert sorted(lease_lines) == ["GET", "PUT"], lines[:20]
+    assert st["store_reads"] == n and st["shared_leases"] == 0, (brief(st), log)
+    assert st["shared_state"] == 3 and st["shared_wait_timeouts"] == 0, (brief(st), log)
 
 
 def test_replaced_file_gets_new_blocks(swift, origin, tmp_path):

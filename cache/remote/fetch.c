@@ -82,9 +82,6 @@ struct remote_fetch {
 	size_t n_idle, cap_idle;
 };
 
-/* Which of the shared tier's clocks cut a transfer (fetch_int.h). */
-enum cut { CUT_NONE, CUT_QUIET, CUT_BUSY, CUT_STORED };
-
 /* Per-transfer state shared by the callbacks. */
 struct xfer {
 	const struct remote_req *req;
@@ -101,7 +98,7 @@ struct xfer {
 	uint64_t sent_ns;    /* PUT: when the body's last byte went out; 0 = not yet */
 	uint64_t quiet_ns;   /* req->quiet_time in ns */
 	uint64_t idle_ns;    /* req->idle_time in ns */
-	enum cut cut;	     /* req->heard: the clock that cut it */
+	enum remote_cut cut; /* req->heard: the clock that cut it */
 	size_t put_off;	     /* PUT: bytes of the body handed to libcurl so far */
 };
 
@@ -459,13 +456,9 @@ static int shared_clock(struct xfer *x, uint64_t now)
 	/* the body is out, its answer not begun: the service is storing it */
 	bool storing = x->sent_ns && x->resp->status < 200;
 
-	if (storing && x->req->stores && now - own >= x->idle_ns)
-		x->cut = CUT_STORED;
-	else if (!(storing && x->req->stores) && now - MCFS_MAX(own, svc) >= x->quiet_ns)
-		x->cut = CUT_QUIET;
-	else if (now - own >= x->idle_ns)
-		x->cut = CUT_BUSY;
-	else
+	x->cut =
+	    remote_shared_cut(now, own, svc, storing && x->req->stores, x->quiet_ns, x->idle_ns);
+	if (x->cut == REMOTE_CUT_NONE)
 		return 0;
 	x->stalled = true;
 	return 1;
@@ -505,12 +498,12 @@ static void shared_cut(const struct remote_req *req, struct remote_resp *resp, c
 	uint64_t now = mcfs_now_ns();
 
 	switch (x->cut) {
-	case CUT_STORED:
+	case REMOTE_CUT_STORED:
 		resp->unanswered = true;
 		snprintf(errbuf, len, "no answer %.1f s after the %zu bytes of the body were sent",
 			 (double)(now - x->sent_ns) / 1e9, req->put_len[0] + req->put_len[1]);
 		break;
-	case CUT_QUIET:
+	case REMOTE_CUT_QUIET:
 		resp->quiet = true;
 		snprintf(errbuf, len, "no byte from the service for %.1f s", req->quiet_time);
 		break;
@@ -737,11 +730,11 @@ int remote_fetch_do(struct remote_fetch *f, const struct remote_req *req, struct
 		x.overflow = x.unranged = x.stalled = false;
 		x.last_rx_ns = x.sent_ns = 0;
 		x.start_ns = mcfs_now_ns();
-		x.cut = CUT_NONE;
+		x.cut = REMOTE_CUT_NONE;
 		x.put_off = 0;
 		x.ul_seen = 0;
 		cc = curl_easy_perform(h);
-		if (cc == CURLE_ABORTED_BY_CALLBACK && x.cut != CUT_NONE) {
+		if (cc == CURLE_ABORTED_BY_CALLBACK && x.cut != REMOTE_CUT_NONE) {
 			shared_cut(req, resp, &x, errbuf, sizeof(errbuf));
 			break; /* the shared tier makes one attempt */
 		}

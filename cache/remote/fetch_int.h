@@ -307,6 +307,22 @@ void remote_url_words(const char *url, char *out, size_t outlen);
  */
 unsigned remote_retry_wait_ms(unsigned backoff_ms, unsigned retry_after_s);
 
+/* Which of the shared tier's clocks (remote_req.heard) cuts a transfer. */
+enum remote_cut { REMOTE_CUT_NONE, REMOTE_CUT_QUIET, REMOTE_CUT_BUSY, REMOTE_CUT_STORED };
+
+/*
+ * The shared tier's clocks (remote_req: quiet_time @quiet_ns, idle_time
+ * @idle_ns) at @now for a transfer whose own last byte moved, either way, at
+ * @own (its start if none yet), on a service last heard at @svc by any
+ * request: remote_req.heard, which other threads stamp, so @svc may be later
+ * than @now, and that is no silence. @stored: a block PUT's body is out and
+ * its answer not begun (the service stores it; quiet_time stops). All times
+ * are mcfs_now_ns(). Returns the clock that cuts it, or REMOTE_CUT_NONE.
+ * Can't fail.
+ */
+enum remote_cut remote_shared_cut(uint64_t now, uint64_t own, uint64_t svc, bool stored,
+				  uint64_t quiet_ns, uint64_t idle_ns);
+
 /* Does this failure deserve another attempt? (CURLcode as int, HTTP status.) */
 bool remote_retryable(int curl_code, long status);
 

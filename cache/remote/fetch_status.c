@@ -1,8 +1,9 @@
 /*
  * fetch_status.c - what an HTTP answer means, for the fetch layer: the status
  * table (which answers a request takes, and the errno of the others), the
- * words of a failed answer, and the retry rules. Pure functions of the
- * request and the answer, so that ctest checks every row; fetch.c runs the
+ * words of a failed answer, the retry rules, and the shared tier's clocks
+ * (remote_shared_cut()). Pure functions of the request and the answer (and
+ * of the times passed in), so that ctest checks every row; fetch.c runs the
  * transfers.
  *
  * A ranged GET's answer is checked here too, once the transfer is done: the
@@ -322,6 +323,21 @@ int remote_check_range(const struct remote_req *req, struct remote_resp *resp, c
 		return -EIO;
 	}
 	return 0;
+}
+
+/* ---- the shared tier's clocks ---- */
+
+enum remote_cut remote_shared_cut(uint64_t now, uint64_t own, uint64_t svc, bool stored,
+				  uint64_t quiet_ns, uint64_t idle_ns)
+{
+	uint64_t mine = mcfs_since_ns(now, own);
+
+	if (stored)
+		return mine >= idle_ns ? REMOTE_CUT_STORED : REMOTE_CUT_NONE;
+	/* saturated: a byte another thread heard after we read the clock */
+	if (mcfs_since_ns(now, MCFS_MAX(own, svc)) >= quiet_ns)
+		return REMOTE_CUT_QUIET;
+	return mine >= idle_ns ? REMOTE_CUT_BUSY : REMOTE_CUT_NONE;
 }
 
 /* ---- retries ---- */

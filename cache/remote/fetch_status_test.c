@@ -287,6 +287,31 @@ static void test_retry_wait(void)
 	      remote_retry_wait_ms(100, UINT_MAX));
 }
 
+/* The shared tier's clocks: quiet_time 2 s, idle_time 4 s. */
+static void test_shared_cut(void)
+{
+	const uint64_t s = 1000000000ull, q = 2 * s, i = 4 * s, t = 1000 * s;
+
+	CHECK(remote_shared_cut(t, t - s, t - s, false, q, i) == REMOTE_CUT_NONE);
+	/* nothing from the service, on any request, for quiet_time: gone */
+	CHECK(remote_shared_cut(t, t - q, t - q, false, q, i) == REMOTE_CUT_QUIET);
+	/* this request silent for idle_time while others hear bytes: busy */
+	CHECK(remote_shared_cut(t, t - i, t - s, false, q, i) == REMOTE_CUT_BUSY);
+	/* a block PUT's body out: the service stores it, quiet_time stops */
+	CHECK(remote_shared_cut(t, t - 3 * s, t - 3 * s, true, q, i) == REMOTE_CUT_NONE);
+	CHECK(remote_shared_cut(t, t - i, t - i, true, q, i) == REMOTE_CUT_STORED);
+	/* Another thread heard a byte after this one read the clock (@svc later
+	 * than @now): the service just spoke. "now - svc" wrapped to 584 years
+	 * and cut a sound GET as silent for quiet_time (CI: one block of a run
+	 * another node wrote went to the store). */
+	CHECK(remote_shared_cut(t, t - s, t + 1, false, q, i) == REMOTE_CUT_NONE, "%d",
+	      (int)remote_shared_cut(t, t - s, t + 1, false, q, i));
+	CHECK(remote_shared_cut(t, t - i, t + 1, false, q, i) == REMOTE_CUT_BUSY);
+	CHECK(remote_shared_cut(t, t + 1, t + 1, false, q, i) == REMOTE_CUT_NONE);
+	CHECK(remote_shared_cut(t, t + 1, t, true, q, i) == REMOTE_CUT_NONE);
+	CHECK(mcfs_since_ns(t, t + 1) == 0 && mcfs_since_ns(t + 1, t) == 1);
+}
+
 static void test_s3_error_doc(void)
 {
 	static const char doc[] = S3_ERROR("AuthorizationHeaderMalformed", "the region is wrong",
@@ -319,6 +344,7 @@ int main(void)
 	test_url_words();
 	test_check_range();
 	test_retry_wait();
+	test_shared_cut();
 	test_s3_error_doc();
 	if (failures) {
 		fprintf(stderr, "fetch_status_test: %d failure(s)\n", failures);
