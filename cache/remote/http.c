@@ -182,7 +182,7 @@ static void maybe_refresh(struct remote *r, struct http *h)
 	int rc;
 
 	pthread_rwlock_wrlock(&h->lock);
-	if (!h->man || h->refreshing || now - h->man_loaded_ns < ttl) {
+	if (!h->man || h->refreshing || mcfs_since_ns(now, h->man_loaded_ns) < ttl) {
 		pthread_rwlock_unlock(&h->lock);
 		return;
 	}
