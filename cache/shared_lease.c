@@ -19,6 +19,7 @@
  * is lost at the look that sees its Last-Modified move.
  */
 #include "shared_lease.h"
+#include "mcfs.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -192,7 +193,7 @@ static bool stale(const struct shared_runs *rs, const struct shared_run *r, uint
 	if (r->state == SHARED_RUN_OURS || r->state == SHARED_RUN_GIVEN)
 		return now >= r->until_ns && !r->publishing;
 	return r->state == SHARED_RUN_THEIRS && !r->looking &&
-	       now - r->moved_ns >= 2 * rs->bound_ns;
+	       mcfs_since_ns(now, r->moved_ns) >= 2 * rs->bound_ns;
 }
 
 /* A slot for @key: free, else stale (a run nobody waits on). NULL if none. */
@@ -295,8 +296,10 @@ bool shared_run_looked(struct shared_runs *rs, const char *key, int rc,
 	if (rc == -ENOENT || rc == -EINVAL)
 		free_ = true;
 	else if (rc == 0)
+		/* saturated: another thread may have stamped progress after
+		 * this one read the clock */
 		free_ = hog || l->released || too_old(age_ns, rs->bound_ns) ||
-			now - r->moved_ns >= rs->bound_ns;
+			mcfs_since_ns(now, r->moved_ns) >= rs->bound_ns;
 	if (free_)
 		r->state = SHARED_RUN_ASKING;
 	return free_;

@@ -455,6 +455,38 @@ static void test_format(void)
 	CHECK(shared_lease_age(0, 5) == UINT64_MAX && shared_lease_age(5 * S, 2 * S) == 3 * S);
 }
 
+/* Two threads of one node look at a progressing run: one reads the clock,
+ * then the other looks, sees progress and stamps the run later than the
+ * first one's clock. The first one's look sees no silence (the elapsed time
+ * was "now - moved", which wrapped to 584 years: the run was taken over). */
+static void test_clock_read_before_a_stamp(void)
+{
+	struct service s = {0};
+	struct node a, b;
+	struct shared_lease l;
+	uint64_t age, early;
+	int rc;
+
+	node_init(&a, "a");
+	node_init(&b, "b");
+	CHECK(step(&a, 0) == SHARED_STEP_ASK);
+	shared_run_claimed(&a.rs, RUN, claim(&a, &s), now_ns);
+	wrote(&a, &s, 0, true);
+	CHECK(step(&b, 1) == SHARED_STEP_ASK);
+	shared_run_claimed(&b.rs, RUN, claim(&b, &s), now_ns);
+	now_ns += LOOK;
+	CHECK(!look(&b, &s), "a fresh holder taken over");
+	now_ns += 2 * S;
+	wrote(&a, &s, 1, true);
+	early = now_ns;	  /* thread 1 reads the clock */
+	now_ns += 1 * MS; /* thread 2 looks a moment later: progress */
+	CHECK(!look(&b, &s), "a progressing holder taken over");
+	rc = svc_get(&s, &l, &age);
+	CHECK(!shared_run_looked(&b.rs, RUN, rc, &l, age, early),
+	      "a run stamped after this thread read the clock looked silent");
+	CHECK(step(&b, 0) == SHARED_STEP_GET, "the run was lost");
+}
+
 int main(void)
 {
 	test_race(false);
@@ -463,6 +495,7 @@ int main(void)
 	test_waiters_get_written_blocks();
 	test_dead_node();
 	test_hog();
+	test_clock_read_before_a_stamp();
 	test_read_only_bucket();
 	test_down();
 	test_outcomes();
