@@ -198,6 +198,47 @@ def tmp(tmp_path):
     return tmp_path
 
 
+DAMON_KDAMONDS = "/sys/kernel/mm/damon/admin/kdamonds"
+DAMON_RECLAIM = "/sys/module/damon_reclaim/parameters/enabled"
+
+
+@pytest.fixture
+def pages_stay():
+    """Pauses the kernel's proactive reclaim (DAMON) for the test, so that
+    page-cache pages a test put there stay until it looks at them.
+
+    The VMs these tests run on give idle memory back with a DAMON `pageout`
+    scheme on physical addresses: every few seconds it evicts pages of any
+    region that was cold for a minute, and a page freshly cached can sit in
+    such a region. A trace of one failure of test_cold_push showed kdamond
+    evicting 6 pages of the mount's file (mm_filemap_delete_from_page_cache
+    from damon_pa_apply_scheme) between the push's end and the mapping's read,
+    which READ them again. With no reclaim running, what a test checks about
+    the page cache depends on mcfs alone. Root only (skips otherwise); every
+    kdamond it stops is started again, with the same settings, after."""
+    need_root()
+    stopped, reclaim_on = [], False
+    try:
+        for d in sorted(os.listdir(DAMON_KDAMONDS)) if os.path.isdir(DAMON_KDAMONDS) else []:
+            state = os.path.join(DAMON_KDAMONDS, d, "state")
+            if os.path.exists(state) and open(state).read().strip() == "on":
+                with open(state, "w") as f:
+                    f.write("off")
+                stopped.append(state)
+        if os.path.exists(DAMON_RECLAIM) and open(DAMON_RECLAIM).read().strip() == "Y":
+            with open(DAMON_RECLAIM, "w") as f:
+                f.write("N")
+            reclaim_on = True
+        yield
+    finally:
+        for state in stopped:
+            with open(state, "w") as f:
+                f.write("on")
+        if reclaim_on:
+            with open(DAMON_RECLAIM, "w") as f:
+                f.write("Y")
+
+
 def run_mcfs(*args, env=None, timeout=60):
     """Runs the mcfs CLI; returns CompletedProcess with text output."""
     full_env = dict(os.environ)

@@ -74,7 +74,7 @@ def read_chunks(f, n=MiB):
         out.append(b)
 
 
-def test_cold_open_bypasses_page_cache(tmp):
+def test_cold_open_bypasses_page_cache(tmp, pages_stay):
     data = rand_bytes(SIZE, 2101)
     (tmp / "src" / "w.bin").write_bytes(data)
     with mcfs_mount(str(tmp / "src"), str(tmp / "mnt"), opts=OPTS) as m:
@@ -91,7 +91,7 @@ def test_cold_open_bypasses_page_cache(tmp):
         assert resident(m.p("w.bin")) > SIZE // 2, "a page-cache read left no pages"
 
 
-def test_cold_direct_io_off(tmp):
+def test_cold_direct_io_off(tmp, pages_stay):
     data = rand_bytes(SIZE, 2102)
     (tmp / "src" / "w.bin").write_bytes(data)
     with mcfs_mount(str(tmp / "src"), str(tmp / "mnt"),

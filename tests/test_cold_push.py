@@ -29,6 +29,10 @@ from gen import MiB, rand_bytes
 from servers import SWIFT_KEY, SWIFT_SECRET, Nginx, Swift, have_nginx, have_swift
 from test_cold_direct import resident
 
+# What these tests check of the page cache must not be undone by the machine's
+# proactive reclaim (conftest.pages_stay says what it is and why).
+pytestmark = pytest.mark.usefixtures("pages_stay")
+
 SIZE = 24 * MiB + 4321
 OPTS = ["block_size=1M", "cold_push=true"]
 
@@ -50,11 +54,15 @@ def check_pushed(m):
 
 
 def wait_pushed(m, timeout=30):
-    """Waits until no push has blocks left; returns the stats."""
+    """Waits until a push started and none has blocks left; returns the stats.
+    The push starts at the READ that finds the reader past its first block,
+    which the daemon may still be answering when the reader's read() returns
+    (the kernel's readahead READs run on), so push_active == 0 alone can be
+    seen before the push exists."""
     deadline = time.time() + timeout
     while True:
         st = m.stats()
-        if st["push_active"] == 0:
+        if st["push_files"] >= 1 and st["push_active"] == 0:
             return st
         assert time.time() < deadline, "the push did not end: %s" % st
         time.sleep(0.02)
