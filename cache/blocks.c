@@ -206,6 +206,7 @@ static void start_loading(struct cache *c, struct cache_block *b, struct cache_f
 	b->extending = false;
 	b->xerr = 0;
 	b->shared_resume = 0;
+	b->shared_wait_until = 0;
 	b->behind_pending = false;
 	b->vlo = 0;
 	b->vhi = b->len;
@@ -418,6 +419,7 @@ void *cache_fetch_thread(void *arg)
 			continue;
 		}
 		b->shared_resume = 0;
+		b->shared_wait_until = 0;
 		if (!from_tier) { /* fetches count store reads only */
 			c->st.fetches++;
 			note_latency(c, (double)(mcfs_now_ns() - t0) / 1e9);
@@ -473,10 +475,11 @@ void *cache_fetch_thread(void *arg)
 	return NULL;
 }
 
-void cache_block_resume(struct cache *c, struct cache_block *b, int resume)
+void cache_block_resume(struct cache *c, struct cache_block *b, int resume, uint64_t wait_until)
 {
 	pthread_mutex_lock(&c->lock);
 	b->shared_resume = (unsigned char)resume;
+	b->shared_wait_until = wait_until;
 	enqueue(c, b, true);
 	pthread_mutex_unlock(&c->lock);
 }

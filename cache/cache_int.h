@@ -66,6 +66,7 @@ struct cache_block {
 	/* How the shared tier hands back a job it parked (enum
 	 * cache_shared_resume), for the job's next ask; 0 otherwise. */
 	unsigned char shared_resume;
+	uint64_t shared_wait_until; /* and the bound of its wait (cache_shared_block) */
 	/* READY, and its fetch thread is queuing its write-behind (the job's
 	 * reference still held): cache_block_settle() waits for that. */
 	bool behind_pending;
@@ -271,9 +272,10 @@ enum cache_tier_got {
 enum cache_tier_got cache_tier_fill(struct cache *c, struct cache_block *b, uint32_t *len);
 /*
  * Queues b's job again, at the front, after the shared tier parked it;
- * @resume (enum cache_shared_resume) goes with the next ask. Takes c->lock.
+ * @resume (enum cache_shared_resume) and @wait_until (the bound of its
+ * wait) go with the next ask. Takes c->lock.
  */
-void cache_block_resume(struct cache *c, struct cache_block *b, int resume);
+void cache_block_resume(struct cache *c, struct cache_block *b, int resume, uint64_t wait_until);
 /* True if b, just filled (b->fill), should be written behind to a tier that
  * lacks it: a whole block. Lock held. */
 bool cache_tier_wants(const struct cache *c, const struct cache_block *b);

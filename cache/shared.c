@@ -351,8 +351,8 @@ static void free_shared(struct cache_shared *sh)
 
 int cache_shared_open(const struct cfg *cfg, const char *store, uint64_t bs, unsigned queue_max,
 		      void (*done)(void *ctx, void *arg),
-		      void (*wake)(void *ctx, void *park, int resume), void *ctx,
-		      struct cache_shared **out)
+		      void (*wake)(void *ctx, void *park, int resume, uint64_t wait_until),
+		      void *ctx, struct cache_shared **out)
 {
 	struct cache_shared *sh = calloc(1, sizeof(*sh));
 	pthread_condattr_t ca;

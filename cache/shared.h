@@ -75,6 +75,9 @@ struct cache_shared_block {
 	 * the calling thread; NULL waits in the call. */
 	void *park;
 	unsigned char resume; /* enum cache_shared_resume: how it comes back */
+	/* A resumed block's bound (mcfs_now_ns()), as wake() gave it: a block
+	 * parked again keeps the bound of its first wait. 0: none yet. */
+	uint64_t wait_until;
 };
 
 /*
@@ -159,8 +162,9 @@ enum cache_shared_got {
  */
 MCFS_MUST_CHECK int cache_shared_open(const struct cfg *cfg, const char *store, uint64_t bs,
 				      unsigned queue_max, void (*done)(void *ctx, void *arg),
-				      void (*wake)(void *ctx, void *park, int resume), void *ctx,
-				      struct cache_shared **out);
+				      void (*wake)(void *ctx, void *park, int resume,
+						   uint64_t wait_until),
+				      void *ctx, struct cache_shared **out);
 
 /* Ends waits for other nodes' blocks now (the cache is stopping): every parked
  * block is woken with CACHE_SHARED_WAITED, and no wake comes after the return.

@@ -58,7 +58,7 @@ struct cache_shared {
 	atomic_int conditional;	    /* lease PUTs with If-None-Match: 1 taken, -1 refused */
 	atomic_int state;	    /* health.state, for reads without the lock */
 	void (*done)(void *ctx, void *arg);
-	void (*wake)(void *ctx, void *park, int resume);
+	void (*wake)(void *ctx, void *park, int resume, uint64_t wait_until);
 	void *ctx;
 
 	pthread_mutex_t lock;	/* guards what follows, but the counters */

@@ -233,9 +233,12 @@ static int ask(struct cache_shared *sh, const char *lkey, bool over)
 
 /*
  * A STEP_LOOK at run @lkey: reads its lease, records what it held, and takes
- * the run over when it showed no progress. Called and returns with sh->lock held.
+ * the run over when it showed no progress. Below 0 when the take-over failed
+ * (ask()'s: nobody can tell; the looker's block goes to the store, as an
+ * ask's would, instead of claiming the run again at its next step); 0
+ * otherwise. Called and returns with sh->lock held.
  */
-static void look(struct cache_shared *sh, const char *lkey)
+static int look(struct cache_shared *sh, const char *lkey)
 {
 	struct shared_lease l;
 	uint64_t age;
@@ -252,8 +255,9 @@ static void look(struct cache_shared *sh, const char *lkey)
 		MCFS_DEBUG(
 		    "shared cache %s%s: no progress (shared_wait %.1f s); taking the run over",
 		    sh->name, lkey, (double)sh->wait_ns / 1e9);
-		ask(sh, lkey, true);
+		rc = ask(sh, lkey, true);
 	}
+	return rc < 0 && over ? rc : 0;
 }
 
 /* Parks block @index of run @lkey (@park, the caller's token) until @deadline.
@@ -286,8 +290,9 @@ static enum cache_shared_got leased(struct cache_shared *sh, const char *key, co
 				    const struct cache_shared_block *blk, void *buf)
 {
 	uint64_t index = blk->index % sh->run_blocks, wait, now;
-	/* a holder busy with other blocks of the run holds this one twice the bound, at most */
-	uint64_t deadline = mcfs_now_ns() + 2 * sh->wait_ns;
+	/* a holder busy with other blocks of the run holds this one twice the bound, at most,
+	 * counted from its first wait: one resumed and parked again keeps it */
+	uint64_t deadline = blk->wait_until ? blk->wait_until : mcfs_now_ns() + 2 * sh->wait_ns;
 	enum cache_shared_got got = CACHE_SHARED_MISS;
 	enum shared_ticket t;
 
@@ -315,7 +320,8 @@ static enum cache_shared_got leased(struct cache_shared *sh, const char *key, co
 				break; /* the store */
 			continue;
 		case SHARED_STEP_LOOK:
-			look(sh, lkey);
+			if (look(sh, lkey) < 0)
+				break; /* the store */
 			continue;
 		case SHARED_STEP_FETCH:
 			got = CACHE_SHARED_OWNED;
@@ -403,16 +409,20 @@ static bool park_pass(struct cache_shared *sh, uint64_t now, uint64_t *next,
 			unpark(sh, pp, p, CACHE_SHARED_WAITED, woken);
 			continue;
 		}
-		if (now >= p->deadline_ns) {
-			shared_count(&sh->wait_timeouts, 1);
-			MCFS_DEBUG("shared cache %s%s (block %" PRIu64 " of its run): not written "
-				   "within twice shared_wait; fetching it from the store",
-				   sh->name, p->lkey, p->index);
-			unpark(sh, pp, p, CACHE_SHARED_WAITED, woken);
-			continue;
-		}
+		/* the run's state first: a block its run names (or that became
+		 * ours) as its bound runs out is taken from there, as leased()
+		 * does; only a block still waiting goes to the store */
 		switch (shared_run_step(&sh->runs, p->lkey, p->index, now, &wait)) {
 		case SHARED_STEP_WAIT:
+			if (now >= p->deadline_ns) {
+				shared_count(&sh->wait_timeouts, 1);
+				MCFS_DEBUG("shared cache %s%s (block %" PRIu64 " of its run): not "
+					   "written within twice shared_wait; fetching it from the "
+					   "store",
+					   sh->name, p->lkey, p->index);
+				unpark(sh, pp, p, CACHE_SHARED_WAITED, woken);
+				break;
+			}
 			*next = MCFS_MIN(*next, MCFS_MIN(now + wait, p->deadline_ns));
 			pp = &p->next;
 			break;
@@ -421,7 +431,8 @@ static bool park_pass(struct cache_shared *sh, uint64_t now, uint64_t *next,
 				p->resume = CACHE_SHARED_WAITED; /* still parked: the next pass */
 			return true;
 		case SHARED_STEP_LOOK:
-			look(sh, p->lkey);
+			if (look(sh, p->lkey) < 0) /* the take-over failed: the store */
+				p->resume = CACHE_SHARED_WAITED;
 			return true;
 		default: /* named (GET), ours (FETCH), given back or no slot (STORE) */
 			unpark(sh, pp, p, CACHE_SHARED_RESUMED, woken);
@@ -450,7 +461,7 @@ void *cache_shared_parker(void *arg)
 			pthread_mutex_unlock(&sh->lock);
 			while ((p = woken)) {
 				woken = p->next;
-				sh->wake(sh->ctx, p->park, p->resume);
+				sh->wake(sh->ctx, p->park, p->resume, p->deadline_ns);
 				free(p);
 			}
 			pthread_mutex_lock(&sh->lock);

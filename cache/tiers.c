@@ -282,9 +282,9 @@ void cache_tiers_close(struct cache *c)
 
 #ifdef MCFS_HAVE_NET
 /* The shared tier hands back a job it parked (shared.h: wake). */
-static void shared_wake(void *ctx, void *park, int resume)
+static void shared_wake(void *ctx, void *park, int resume, uint64_t wait_until)
 {
-	cache_block_resume(ctx, park, resume);
+	cache_block_resume(ctx, park, resume, wait_until);
 }
 #endif
 
@@ -346,6 +346,7 @@ static enum cache_tier_got shared_fill(struct cache *c, struct cache_block *b, u
 	describe(c, b, &blk);
 	blk.park = b;
 	blk.resume = b->shared_resume;
+	blk.wait_until = b->shared_wait_until;
 	switch (cache_shared_get(c->shared, &blk, b->data)) {
 	case CACHE_SHARED_PARKED:
 		return CACHE_TIER_PARKED;

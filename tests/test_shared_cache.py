@@ -22,6 +22,7 @@ node whose clock is an hour off (judged by the service's clock); and a
 bucket that refuses writes (reported once, read on, no flapping; with leases
 on, a refused claim sends its block to the store, once).
 """
+import contextlib
 import errno
 import hmac
 import os
@@ -364,38 +365,77 @@ def test_another_nodes_run_lease(swift, origin, tmp_path):
     assert len(blocks_in(swift, "run")) == n
 
 
+@contextlib.contextmanager
+def hog_holds(swift, prefix):
+    """Another node (a hog) holds prefix's run: its blocks are taken out of
+    the shared cache, and its lease is written again every 0.2 s, straight to
+    the service, with no block in it, until the block is taken over (the lease
+    is someone else's) or the with-block ends."""
+    (lkey,) = leases_in(swift, prefix)
+    s3 = swift.s3()
+    for k in blocks_in(swift, prefix):
+        s3.delete_object(Bucket=SHARED, Key=k)
+    body = b"hognode-0123456789abcdef 0\n"
+    s3.put_object(Bucket=SHARED, Key=lkey, Body=body)
+    stop = threading.Event()
+
+    def hog():  # the lease kept fresh by the service's clock
+        while not stop.wait(0.2):
+            if leases_in(swift, prefix)[lkey] != body:
+                return  # taken over
+            s3.put_object(Bucket=SHARED, Key=lkey, Body=body)
+
+    h = threading.Thread(target=hog)
+    h.start()
+    try:
+        yield lkey
+    finally:
+        stop.set()
+        h.join()
+
+
 def test_lease_hog_loses_its_run(swift, origin, tmp_path):
     """A node that holds a run's lease and keeps writing it again, but writes
     none of its blocks (a hog): the daemon takes the run over (the lease
     written again with no new block, or none for shared_wait), once for the
     whole run, not once per block, and fetches the run from the store."""
     data, n, opts = fill(swift, origin, tmp_path, "hog", 8 * BLOCK, ["shared_wait=2"])
-    (lkey,) = leases_in(swift, "hog")
-    s3 = swift.s3()
-    for k in blocks_in(swift, "hog"):
-        s3.delete_object(Bucket=SHARED, Key=k)
-    hog_body = b"hognode-0123456789abcdef 0\n"
-    s3.put_object(Bucket=SHARED, Key=lkey, Body=hog_body)
-    stop = threading.Event()
-
-    def hog():  # the lease kept fresh by the service's clock, with no block in it
-        while not stop.wait(0.2):
-            if leases_in(swift, "hog")[lkey] != hog_body:
-                return  # taken over
-            s3.put_object(Bucket=SHARED, Key=lkey, Body=hog_body)
-
-    h = threading.Thread(target=hog)
-    h.start()
-    try:
+    with hog_holds(swift, "hog"):
         with mcfs_mount(origin.url, str(tmp_path / "b"), opts=opts, env=ENV) as b:
             assert read(b.p("model.bin")) == data
             st = written(b, n)
             log = b.log()
-    finally:
-        stop.set()
-        h.join()
     assert st["shared_wait_timeouts"] == 1 and st["shared_leases"] == 1, (brief(st), log)
     assert st["store_reads"] == n and st["shared_puts"] == n, (brief(st), log)
+
+
+def test_failed_take_over_sends_the_block_to_the_store(swift, origin, tmp_path):
+    """A hog holds the run (its lease written again and again, no block in it)
+    and the service refuses this node's lease PUTs (fault proxy). The look
+    that finds the hog takes the run over; that PUT is refused, so nobody
+    can tell who holds the run, and the block goes to the store at once, as
+    after any claim that failed: one take-over, no wait past it. (The run was
+    left free and the parked block asked it again: the hog's lease was fresh,
+    so it waited again, found the hog again, failed again, until twice
+    shared_wait sent it to the store: two wait timeouts or more.) One block,
+    one fetch thread, no readahead: the count is exact."""
+    data, n, opts = fill(swift, origin, tmp_path, "hogro", BLOCK,
+                         ["shared_wait=3", "connections=1", "readahead_max=0"])
+    with hog_holds(swift, "hogro"), FaultProxy(swift.port) as px:
+        px.refuse = [("PUT", r"\.lease", 403)]
+        popts = [o for o in opts if not o.startswith("shared_endpoint=")] + \
+            ["shared_endpoint=" + px.url]
+        with mcfs_mount(origin.url, str(tmp_path / "b"), opts=popts, env=ENV) as b:
+            got = read(b.p("model.bin"))
+            st = b.stats()
+            log = b.log()
+        lines = list(px.request_lines)
+    puts = [ln for ln in lines if ln.startswith("PUT") and ".lease" in ln]
+    print("counters:", brief(st))  # whole: an assertion's message is cut short
+    assert got == data, (brief(st), log)
+    assert len(puts) == 1, lines[:20]
+    assert st["shared_wait_timeouts"] == 1 and st["shared_leases"] == 0, (brief(st), log)
+    assert st["store_reads"] == n, (brief(st), log)
 
 
 def held_by_other(swift, prefix):
