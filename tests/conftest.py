@@ -217,26 +217,36 @@ def pages_stay():
     the page cache depends on mcfs alone. Root only (skips otherwise); every
     kdamond it stops is started again, with the same settings, after."""
     need_root()
+
+    def put(path, value):  # a knob this machine does not let us turn: said, not fatal
+        try:
+            with open(path, "w") as f:
+                f.write(value)
+            return True
+        except OSError as e:
+            print("pages_stay: cannot write %s to %s: %s" % (value, path, e))
+            return False
+
+    def get(path):
+        try:
+            with open(path) as f:
+                return f.read().strip()
+        except OSError:
+            return ""
+
     stopped, reclaim_on = [], False
     try:
         for d in sorted(os.listdir(DAMON_KDAMONDS)) if os.path.isdir(DAMON_KDAMONDS) else []:
             state = os.path.join(DAMON_KDAMONDS, d, "state")
-            if os.path.exists(state) and open(state).read().strip() == "on":
-                with open(state, "w") as f:
-                    f.write("off")
+            if get(state) == "on" and put(state, "off"):
                 stopped.append(state)
-        if os.path.exists(DAMON_RECLAIM) and open(DAMON_RECLAIM).read().strip() == "Y":
-            with open(DAMON_RECLAIM, "w") as f:
-                f.write("N")
-            reclaim_on = True
+        reclaim_on = get(DAMON_RECLAIM) == "Y" and put(DAMON_RECLAIM, "N")
         yield
     finally:
         for state in stopped:
-            with open(state, "w") as f:
-                f.write("on")
+            put(state, "on")
         if reclaim_on:
-            with open(DAMON_RECLAIM, "w") as f:
-                f.write("Y")
+            put(DAMON_RECLAIM, "Y")
 
 
 def run_mcfs(*args, env=None, timeout=60):
