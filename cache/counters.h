@@ -304,7 +304,10 @@ enum cache_counter_type {
 	  "Owed blocks that left the RAM tier before the disk writer had room for them (fetched " \
 	  "again when next read, and written then).")                                            \
 	X(CACHE, shared_parked, "shared_parked", GAUGE, "shared_parked_blocks", NULL,              \
-	  "Blocks parked while another node fetches them (no fetch thread waits for them).")
+	  "Blocks parked while another node fetches them (no fetch thread waits for them).")       \
+	X(FS, push_kept_opens, "push_kept_opens", COUNTER, "push_kept_opens_total", NULL,          \
+	  "Opens of a complete file kept in the page cache a push filled whole, not passthrough "  \
+	  "(whose backing file the disk tier wrote around the page cache).")
 /* clang-format on */
 
 /* Why there is no disk tier (disk_off_reason); cache_disk_off_text() words it. */

@@ -309,6 +309,9 @@ void fs_inode_forget(struct fs_session *s, fuse_ino_t ino, uint64_t nlookup)
 	n = fs_node_by_ino(s->inodes, ino);
 	if (n) {
 		n->nlookup = n->nlookup > nlookup ? n->nlookup - nlookup : 0;
+		/* The kernel evicted an inode of this number, and its pages with it
+		 * (a lookup since may hold the node again: its inode is new). */
+		n->pc_whole = false;
 		fs_node_settle(s, n);
 	}
 	pthread_mutex_unlock(&s->inodes->lock);

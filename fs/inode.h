@@ -164,6 +164,25 @@ bool fs_inode_passthrough(struct fs_session *s, fuse_req_t req, fuse_ino_t ino,
 			  struct cache_file *f, struct fs_open_mode *mode);
 
 /*
+ * A push of @ino (push.c) ended with every block of @version in the kernel's
+ * page cache, pushed or READ: later opens of that version keep those pages
+ * (fs_inode_keeps_pages()) instead of turning passthrough, whose reads would
+ * go to the backing file, which the disk tier wrote around the page cache.
+ * Holds until a forget of the inode (its pages went with it) or another
+ * version. Can't fail.
+ */
+void fs_inode_pages_whole(struct fs_session *s, fuse_ino_t ino, const char *version);
+
+/*
+ * True when an open of @f (a cached open, as fs_inode_open() gave @mode)
+ * should stay one because a push filled the inode's page cache with @f's
+ * version whole (fs_inode_pages_whole()); counted (push_kept_opens). The
+ * caller then skips fs_inode_passthrough(). Can't fail.
+ */
+bool fs_inode_keeps_pages(struct fs_session *s, fuse_ino_t ino, const struct cache_file *f,
+			  const struct fs_open_mode *mode);
+
+/*
  * Makes a cached open (not passthrough) of a file the cache does not hold
  * whole direct_io when the connection allows it (cold_direct_io without
  * cold_push; see inode_open.c): the reads then bypass the page cache.

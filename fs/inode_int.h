@@ -40,6 +40,11 @@ struct fs_node {
 	/* The opens since pc_opens was last 0 may keep the kernel's pages: they
 	 * are of open_version (page_cache_mode()). */
 	bool pc_keep;
+	/* A push filled the kernel's page cache of this inode with open_version
+	 * whole (every block pushed or READ): later opens of that version stay
+	 * page-cache opens (fs_inode_keeps_pages()). Until a forget of the
+	 * inode (the kernel evicted it, and its pages) or another version. */
+	bool pc_whole;
 	/* The kernel was shown open_size, more than the store's size, so that it
 	 * would not cut the page-cache opens short (shown_size()); it is told to
 	 * ask again when the last of them closes. */

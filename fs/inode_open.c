@@ -120,6 +120,8 @@ static bool page_cache_mode(struct fs_session *s, struct fs_node *n, const char 
 	}
 	if (n->pc_opens == 0)
 		n->pc_keep = same || n->open_version[0] == '\0';
+	if (!same)
+		n->pc_whole = false;
 	snprintf(n->open_version, sizeof(n->open_version), "%s", v);
 	n->open_size = n->attr.size;
 	mode->keep_cache = s->cfg.keep_cache && n->pc_keep;
@@ -241,6 +243,34 @@ void fs_inode_close(struct fs_session *s, fuse_req_t req, fuse_ino_t ino, struct
 	(void)req;
 #endif
 	cache_backing_put(s->cache, f);
+}
+
+void fs_inode_pages_whole(struct fs_session *s, fuse_ino_t ino, const char *version)
+{
+	struct fs_node *n;
+
+	pthread_mutex_lock(&s->inodes->lock);
+	n = fs_node_by_ino(s->inodes, ino);
+	if (n && !n->retired && n->nlookup > 0 && strcmp(n->open_version, version) == 0)
+		n->pc_whole = true;
+	pthread_mutex_unlock(&s->inodes->lock);
+}
+
+bool fs_inode_keeps_pages(struct fs_session *s, fuse_ino_t ino, const struct cache_file *f,
+			  const struct fs_open_mode *mode)
+{
+	struct fs_node *n;
+	bool keep;
+
+	if (mode->passthrough)
+		return false;
+	pthread_mutex_lock(&s->inodes->lock);
+	n = fs_node_by_ino(s->inodes, ino);
+	keep = n && n->pc_whole && strcmp(n->open_version, cache_file_version(f)) == 0;
+	pthread_mutex_unlock(&s->inodes->lock);
+	if (keep)
+		atomic_fetch_add_explicit(&s->push_kept_opens, 1, memory_order_relaxed);
+	return keep;
 }
 
 bool fs_inode_passthrough(struct fs_session *s, fuse_req_t req, fuse_ino_t ino,

@@ -359,8 +359,9 @@ static void fs_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 			cache_file_put(s->cache, h->file);
 		}
 	}
-	/* A complete file: the kernel may read its backing file itself. */
-	if (rc == 0 && atomic_load(&s->conn.pt_on))
+	/* A complete file: the kernel may read its backing file itself, unless
+	 * a push left the file whole in the inode's page cache (inode.h). */
+	if (rc == 0 && atomic_load(&s->conn.pt_on) && !fs_inode_keeps_pages(s, ino, h->file, &mode))
 		fs_inode_passthrough(s, req, ino, h->file, &mode);
 	/* Not complete: pushed into the page cache ahead of its reader once it
 	 * reads on (push.c), or its bytes go from the cache into the reader's

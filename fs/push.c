@@ -30,6 +30,7 @@
 #include "push.h"
 
 #include "fs_int.h"
+#include "inode.h"
 #include "mcfs.h"
 #include "cache.h"
 #include "cache_ram.h"
@@ -54,6 +55,7 @@ struct fs_push {
 	unsigned handles;    /* opens that joined */
 	unsigned busy;	     /* pushers working on one of its blocks */
 	atomic_bool stopped; /* its last open closed, or the kernel forgot the inode */
+	atomic_bool failed;  /* a block was not pushed (push_errors) */
 	bool finished;	     /* no longer counted in push_active */
 };
 
@@ -149,6 +151,7 @@ static void push_block(struct fs_session *s, struct fs_push *p, uint64_t k)
 	rc = cache_block_get(s->cache, p->f, k, &b);
 	if (rc < 0) { /* logged by the cache; the reader's own READ will say it */
 		atomic_fetch_add_explicit(&s->push_errors, 1, memory_order_relaxed);
+		atomic_store(&p->failed, true);
 		return;
 	}
 	bv.buf[0].mem = (void *)cache_block_data(b);
@@ -163,6 +166,7 @@ static void push_block(struct fs_session *s, struct fs_push *p, uint64_t k)
 		return;
 	}
 	atomic_fetch_add_explicit(&s->push_errors, 1, memory_order_relaxed);
+	atomic_store(&p->failed, true);
 	if (rc == -ENOENT) { /* the kernel has no such inode now: nothing to push to */
 		pthread_mutex_lock(&s->push.lock);
 		atomic_store(&p->stopped, true);
@@ -338,6 +342,7 @@ void fs_push_close(struct fs_session *s, struct fs_handle *h)
 {
 	struct fs_pusher *pp = &s->push;
 	struct fs_push *p = h->push;
+	bool whole;
 
 	if (!p)
 		return;
@@ -354,7 +359,12 @@ void fs_push_close(struct fs_session *s, struct fs_handle *h)
 		pthread_cond_wait(&pp->idle, &pp->lock);
 	note_finished(s, p);
 	unlink_push(pp, p);
+	whole = p->left == 0 && !atomic_load(&p->failed);
 	pthread_mutex_unlock(&pp->lock);
+	/* Every block is in the inode's page cache, pushed or READ: its next
+	 * opens keep those pages (inode.h: fs_inode_pages_whole()). */
+	if (whole)
+		fs_inode_pages_whole(s, p->ino, cache_file_version(p->f));
 	cache_file_put(s->cache, p->f);
 	free(p->done);
 	free(p);

@@ -16,7 +16,11 @@ What the tests prove, with bytes compared with the source:
   resident (mincore), as after a local read;
 - a file replaced in the store while a pushed open is mapped: the next open
   gets the new version on a new inode, the old mapping keeps the old bytes;
-- an open closed while its push runs, then unmount: clean, nothing left.
+- an open closed while its push runs, then unmount: clean, nothing left;
+- a file pushed whole and complete on disk: its next open keeps the pushed
+  pages (no READ) instead of turning passthrough, whose reads would go to a
+  backing file written around the page cache; once the kernel forgets the
+  inode (and its pages), the next open is passthrough again.
 """
 import mmap
 import os
@@ -24,10 +28,12 @@ import time
 
 import pytest
 
-from conftest import mcfs_mount, need_root
-from gen import MiB, rand_bytes
+from conftest import mcfs_mount, need_root, wait_for
+from disk_helpers import settle
+from gen import MiB, drop_caches, rand_bytes
 from servers import SWIFT_KEY, SWIFT_SECRET, Nginx, Swift, have_nginx, have_swift
 from test_cold_direct import resident
+from test_passthrough import need_passthrough
 
 # What these tests check of the page cache must not be undone by the machine's
 # proactive reclaim (conftest.pages_stay says what it is and why).
@@ -217,3 +223,33 @@ def test_cold_mmap_read_s3(tmp):
             started_then_mapped(m, "w.bin", data)
     finally:
         sw.stop()
+
+
+def test_pushed_file_keeps_its_pages_at_the_next_open(tmp):
+    need_passthrough("without passthrough every open of the file keeps the page cache")
+    data = rand_bytes(SIZE, 2310)
+    (tmp / "src" / "w.bin").write_bytes(data)
+    with mcfs_mount(str(tmp / "src"), str(tmp / "mnt"),
+                    opts=OPTS + ["cache_dir=%s" % (tmp / "cache")]) as m:
+        assert mmap_read(m.p("w.bin")) == data  # cold: pushed whole
+        # its open released (the push's last handle), its blocks on disk: complete
+        assert wait_for(lambda: m.stats()["open_files"] == 0), m.stats()
+        st0 = settle(m)
+        assert st0["push_files"] == 1 and st0["push_errors"] == 0, st0
+        assert st0["push_kept_opens"] == 0 and st0["passthrough_opens"] == 0, st0
+        # complete, yet this open keeps the pushed pages: every byte from the page cache
+        assert mmap_read(m.p("w.bin")) == data
+        st = m.stats()
+        assert st["push_kept_opens"] == 1 and st["passthrough_opens"] == 0, st
+        assert st["fuse_reads"] == st0["fuse_reads"], (st0, st)
+        # the kernel forgets the inode, and its pages: passthrough again (the
+        # forget comes asynchronously, so an open before it keeps the pages)
+        assert wait_for(lambda: m.stats()["open_files"] == 0), m.stats()
+
+        def reopened_passthrough():
+            drop_caches()
+            with open(m.p("w.bin"), "rb") as f:
+                assert f.read() == data
+            return m.stats()["passthrough_opens"] == 1
+
+        assert wait_for(reopened_passthrough, timeout=20), m.stats()
