@@ -217,6 +217,7 @@ def pages_stay():
     the page cache depends on mcfs alone. Root only (skips otherwise); every
     kdamond it stops is started again, with the same settings, after."""
     need_root()
+    from fuse_knobs import read_knob  # it imports this module
 
     def put(path, value):  # a knob this machine does not let us turn: said, not fatal
         try:
@@ -227,20 +228,13 @@ def pages_stay():
             print("pages_stay: cannot write %s to %s: %s" % (value, path, e))
             return False
 
-    def get(path):
-        try:
-            with open(path) as f:
-                return f.read().strip()
-        except OSError:
-            return ""
-
     stopped, reclaim_on = [], False
     try:
         for d in sorted(os.listdir(DAMON_KDAMONDS)) if os.path.isdir(DAMON_KDAMONDS) else []:
             state = os.path.join(DAMON_KDAMONDS, d, "state")
-            if get(state) == "on" and put(state, "off"):
+            if read_knob(state) == "on" and put(state, "off"):
                 stopped.append(state)
-        reclaim_on = get(DAMON_RECLAIM) == "Y" and put(DAMON_RECLAIM, "N")
+        reclaim_on = read_knob(DAMON_RECLAIM) == "Y" and put(DAMON_RECLAIM, "N")
         yield
     finally:
         for state in stopped:
