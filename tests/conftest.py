@@ -202,10 +202,10 @@ DAMON_KDAMONDS = "/sys/kernel/mm/damon/admin/kdamonds"
 DAMON_RECLAIM = "/sys/module/damon_reclaim/parameters/enabled"
 
 
-@pytest.fixture
-def pages_stay():
-    """Pauses the kernel's proactive reclaim (DAMON) for the test, so that
-    page-cache pages a test put there stay until it looks at them.
+@contextlib.contextmanager
+def damon_paused():
+    """Pauses the kernel's proactive reclaim (DAMON) inside the block, so that
+    page-cache pages put there stay until they are looked at or read.
 
     The VMs these tests run on give idle memory back with a DAMON `pageout`
     scheme on physical addresses: every few seconds it evicts pages of any
@@ -213,19 +213,18 @@ def pages_stay():
     such a region. A trace of one failure of test_cold_push showed kdamond
     evicting 6 pages of the mount's file (mm_filemap_delete_from_page_cache
     from damon_pa_apply_scheme) between the push's end and the mapping's read,
-    which READ them again. With no reclaim running, what a test checks about
-    the page cache depends on mcfs alone. Root only (skips otherwise); every
-    kdamond it stops is started again, with the same settings, after."""
-    need_root()
+    which READ them again; a benchmark's page cache is evicted the same way.
+    Every kdamond it stops is started again, with the same settings, after; a
+    knob this machine does not let us turn is said, not fatal."""
     from fuse_knobs import read_knob  # it imports this module
 
-    def put(path, value):  # a knob this machine does not let us turn: said, not fatal
+    def put(path, value):
         try:
             with open(path, "w") as f:
                 f.write(value)
             return True
         except OSError as e:
-            print("pages_stay: cannot write %s to %s: %s" % (value, path, e))
+            print("damon_paused: cannot write %s to %s: %s" % (value, path, e))
             return False
 
     stopped, reclaim_on = [], False
@@ -241,6 +240,15 @@ def pages_stay():
             put(state, "on")
         if reclaim_on:
             put(DAMON_RECLAIM, "Y")
+
+
+@pytest.fixture
+def pages_stay():
+    """damon_paused() for the test: what a test checks about the page cache
+    depends on mcfs alone. Root only (skips otherwise)."""
+    need_root()
+    with damon_paused():
+        yield
 
 
 def run_mcfs(*args, env=None, timeout=60):

@@ -43,7 +43,8 @@ pass and after all passes. Notes under the table: the daemon's counters of each 
 the CPU seconds of reader, daemon and nginx in the cold pass.
 
 Method (../shared/notes/benchmarking.md): RAM is pretouched before each timed pass; the
-load average is printed. Needs root (FUSE, passthrough, drop_caches) and, for --store
+kernel's proactive reclaim (DAMON), where it runs, is paused for the passes; the load
+average is printed. Needs root (FUSE, passthrough, drop_caches) and, for --store
 http, nginx. Every mount and server it starts is stopped on exit, Ctrl-C included.
 """
 import argparse
@@ -68,7 +69,7 @@ sys.path.insert(0, os.path.join(ROOT, "gpu", "python"))
 
 import numpy as np  # noqa: E402
 import safetensors  # noqa: E402
-from conftest import MCFS, mcfs_mount  # noqa: E402
+from conftest import MCFS, damon_paused, mcfs_mount  # noqa: E402
 from servers import Nginx, have_nginx  # noqa: E402
 from bench_mount import drop_caches, wait_started  # noqa: E402
 from bench_remote import pretouch, warm  # noqa: E402
@@ -487,20 +488,21 @@ def main():
             ng = Nginx(src, workdir=os.path.join(work, "nginx"), workers="auto").start()
         source = ng.url if ng else src
         rws = rows(a.shards)
-        for run in range(a.runs):
-            log("run %d/%d, load %.2f" % (run + 1, a.runs, os.getloadavg()[0]))
-            if ng:
-                for f in files:
-                    warm(f)
-                pretouch(a.pretouch)
-                res.setdefault(("net", "net"), []).append(
-                    curl_limit([ng.url + "/" + r for r in rels], sizes, work))
-            for row in rws:
-                for f in files:
-                    warm(f)
-                pretouch(a.pretouch)
-                res.setdefault((row[0], "local"), []).append(timed(row[2], files, want)[0])
-                mcfs_passes(a, row, source, files, rels, work, want, ng, res, notes)
+        with damon_paused():  # the passes' page cache stays (conftest.damon_paused)
+            for run in range(a.runs):
+                log("run %d/%d, load %.2f" % (run + 1, a.runs, os.getloadavg()[0]))
+                if ng:
+                    for f in files:
+                        warm(f)
+                    pretouch(a.pretouch)
+                    res.setdefault(("net", "net"), []).append(
+                        curl_limit([ng.url + "/" + r for r in rels], sizes, work))
+                for row in rws:
+                    for f in files:
+                        warm(f)
+                    pretouch(a.pretouch)
+                    res.setdefault((row[0], "local"), []).append(timed(row[2], files, want)[0])
+                    mcfs_passes(a, row, source, files, rels, work, want, ng, res, notes)
     except KeyboardInterrupt:
         log("interrupted: cleaning up")
         raise
