@@ -1,0 +1,130 @@
+#!/usr/bin/env python3
+"""Where vLLM's 1-thread loader spends its time, shard by shard, through a cold mount
+(issue 23): one table.
+
+    sudo tests/bench/bench_shards.py                                   # 1 GiB in 8 shards
+    sudo tests/bench/bench_shards.py --size 4G cold_whole=model,disk_direct=false ""
+
+The loop is bench_loaders.py's "1 thread" row (safe_open(f), get_tensor of each name,
+each tensor copied into a preallocated buffer), timed per shard in two parts: the
+open (safe_open: the open(2) and the header; under cold_whole the open waits for the
+file to be whole) and the read (every tensor). Rows: the local files in page cache,
+then for each set of mcfs -o options given (default: "" and
+"cold_whole=model,disk_direct=false") a cold pass (a fresh daemon, empty cache_dir,
+drop_caches, the store's files re-read so that nginx serves them from its page cache)
+and, once its write-behind is done, the warm pass. The last column is the pass's GB/s and its ratio to
+the local row. The counters under the table are the cold pass's (whole_*, fuse_*,
+passthrough_*, store_*, backing_*, disk_*).
+
+Needs root and nginx. Method as bench_loaders.py's (RAM pretouched before each mcfs
+pass, DAMON paused); every mount and server it starts is stopped on exit.
+"""
+import argparse
+import os
+import shutil
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(os.path.dirname(HERE)))
+sys.path.insert(0, HERE)
+
+import bench_loaders as L  # noqa: E402
+import safetensors  # noqa: E402
+from bench_mount import drop_caches, wait_started  # noqa: E402
+from bench_remote import pretouch, warm  # noqa: E402
+from bench_shared import parse_size  # noqa: E402
+from conftest import MCFS, damon_paused, mcfs_mount  # noqa: E402
+from servers import Nginx, have_nginx  # noqa: E402
+
+COUNTERS = ("whole", "fuse", "passthrough", "store", "backing", "disk", "cold")
+
+
+def one_pass(paths):
+    """The 1-thread loop: (seconds in all, [(open s, read s, bytes) per shard])."""
+    shards = []
+    t00 = time.perf_counter()
+    for f in paths:
+        t0 = time.perf_counter()
+        sf = safetensors.safe_open(f, framework=L.FW)
+        t1 = time.perf_counter()
+        n = sum(L.copy_in(sf.get_tensor(name)) for name in sf.keys())
+        shards.append((t1 - t0, time.perf_counter() - t1, n))
+        del sf
+    return time.perf_counter() - t00, shards
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--size", type=parse_size, default=1 << 30)
+    ap.add_argument("--shards", type=int, default=8)
+    ap.add_argument("opts", nargs="*", default=None,
+                    help='mcfs -o options, one argument per mount ("" for the defaults)')
+    a = ap.parse_args()
+    optsets = a.opts if a.opts else ["", "cold_whole=model,disk_direct=false"]
+    if os.geteuid() != 0 or not have_nginx() or not os.access(MCFS, os.X_OK):
+        sys.exit("bench_shards: needs root, nginx and the mcfs binary (%s)" % MCFS)
+    work = tempfile.mkdtemp(prefix="mcfs-bench-shards.", dir="/var/tmp")
+    src = os.path.join(work, "src")
+    os.makedirs(src)
+    rows, notes = [], []
+    ng = None
+    try:
+        files, _, largest, want = L.make_checkpoint(src, a.size, a.shards)
+        L.BUF = (L.torch.empty(largest, dtype=L.torch.uint8) if L.torch is not None
+                 else L.np.empty(largest, dtype=L.np.uint8))
+        L.BUF[:] = 1
+        if L.torch is not None:
+            L.torch.set_num_threads(1)
+        rels = [os.path.basename(f) for f in files]
+        ng = Nginx(src, workdir=os.path.join(work, "nginx"), workers="auto").start()
+        with damon_paused():
+            for f in files:
+                warm(f)
+            rows.append(("local file in page cache", one_pass(files)))
+            for opts in optsets:
+                cache, mnt = os.path.join(work, "cache"), os.path.join(work, "mnt")
+                shutil.rmtree(cache, ignore_errors=True)
+                os.makedirs(cache)
+                drop_caches()
+                for f in files:
+                    warm(f)
+                o = ["cache_dir=" + cache] + [x for x in opts.split(",") if x]
+                with mcfs_mount(ng.url, mnt, opts=o, timeout=120) as m:
+                    mf = [os.path.join(mnt, r) for r in rels]
+                    wait_started(m, mf[0])
+                    pretouch(max(3072, a.size // (1 << 20) + 1024))
+                    s0 = m.stats()
+                    rows.append(("mcfs cold, %s" % (opts or "defaults"), one_pass(mf)))
+                    s1 = m.stats()
+                    notes.append("%s: %s" % (opts or "defaults", ", ".join(
+                        "%s %d" % (k, s1[k] - s0[k]) for k in sorted(s1)
+                        if isinstance(s1[k], int) and k.split("_")[0] in COUNTERS
+                        and s1[k] != s0[k])))
+                    L.settle(m)  # write-behind done, as bench_loaders waits
+                    pretouch(max(3072, a.size // (1 << 20) + 1024))
+                    rows.append(("mcfs warm, %s" % (opts or "defaults"), one_pass(mf)))
+    finally:
+        if ng:
+            ng.stop()
+        shutil.rmtree(work, ignore_errors=True)
+    local = rows[0][1][0]
+    out = ["The 1-thread loop, shard by shard: %.2f GB in %d shards, %d CPUs, framework %r; "
+           "ms per shard as open / read" % (want / 1e9, a.shards, os.cpu_count(), L.FW), "",
+           "| pass | " + " | ".join("shard %d" % (i + 1) for i in range(a.shards))
+           + " | GB/s (ratio to local) |",
+           "|---" * (a.shards + 2) + "|"]
+    for label, (tot, shards) in rows:
+        if sum(s[2] for s in shards) != want:
+            raise RuntimeError("%s copied %d bytes of %d" % (label, sum(s[2] for s in shards),
+                                                            want))
+        out.append("| %s | " % label + " | ".join("%d / %d" % (s[0] * 1e3, s[1] * 1e3)
+                                                  for s in shards)
+                   + " | %.2f (%.2f) |" % (want / tot / 1e9, local / tot))
+    out += [""] + ["- cold counters, " + n for n in notes]
+    print("\n".join(out))
+
+
+if __name__ == "__main__":
+    main()
