@@ -28,6 +28,10 @@ connection. Faults are armed by the test and hit the next requests:
                                     # expression are answered with that status and an S3
                                     # error document (403 AccessDenied, 404 NoSuchKey), not
                                     # sent on (a read-only bucket; an object not there yet)
+    p.serial = (r"^PUT .*\\.lease", lock)  # a request whose line matches is sent on and
+                                         # its answer's headers read while holding lock
+                                         # (a test's own requests to the server, made
+                                         # under lock, never fall between its steps)
     p.answer = fn      # fn(method, path, head) -> None (forward the request) or
                        # (status, [(name, value)...], body): answered here, not forwarded,
                        # then the connection is closed (a lying or misconfigured server)
@@ -100,6 +104,7 @@ class FaultProxy:
         self.get_delay = None
         self.refuse = []
         self.answer = None
+        self.serial = None
         self.counts = {"requests": 0, "503": 0, "dropped": 0, "stalled": 0, "held": 0,
                        "delayed": 0, "paced": 0, "refused": 0, "answered": 0}
         self.gate = threading.Event()
@@ -189,12 +194,18 @@ class FaultProxy:
                 if up is None:
                     up = socket.create_connection(self.up)
                     self.conns.add(up)
-                up.sendall(head + body)
-                rhead, rest = _read_head(up, b"")
-                if rhead is None:
-                    return
                 method = head.split(b" ", 1)[0]
                 line = head.split(b"\r\n", 1)[0].decode("latin-1")
+                serial = self.serial
+                if serial and re.search(serial[0], line):
+                    with serial[1]:
+                        up.sendall(head + body)
+                        rhead, rest = _read_head(up, b"")
+                else:
+                    up.sendall(head + body)
+                    rhead, rest = _read_head(up, b"")
+                if rhead is None:
+                    return
                 if method == b"PUT" and self.answer_delay > 0 and len(body) >= self.delay_min:
                     with self.lock:
                         self.counts["delayed"] += 1

@@ -370,7 +370,11 @@ def hog_holds(swift, prefix):
     """Another node (a hog) holds prefix's run: its blocks are taken out of
     the shared cache, and its lease is written again every 0.2 s, straight to
     the service, with no block in it, until the block is taken over (the lease
-    is someone else's) or the with-block ends."""
+    is someone else's) or the with-block ends. Yields (lease key, lock): the
+    hog reads the lease and writes it again under lock, so a daemon whose
+    lease PUTs pass a FaultProxy holding the same lock (proxy.serial) never
+    has its take-over written over by a hog that read the lease just before
+    it (a read-back that found the hog again, and a second take-over)."""
     (lkey,) = leases_in(swift, prefix)
     s3 = swift.s3()
     for k in blocks_in(swift, prefix):
@@ -378,17 +382,19 @@ def hog_holds(swift, prefix):
     body = b"hognode-0123456789abcdef 0\n"
     s3.put_object(Bucket=SHARED, Key=lkey, Body=body)
     stop = threading.Event()
+    lock = threading.Lock()
 
     def hog():  # the lease kept fresh by the service's clock
         while not stop.wait(0.2):
-            if leases_in(swift, prefix)[lkey] != body:
-                return  # taken over
-            s3.put_object(Bucket=SHARED, Key=lkey, Body=body)
+            with lock:
+                if leases_in(swift, prefix)[lkey] != body:
+                    return  # taken over
+                s3.put_object(Bucket=SHARED, Key=lkey, Body=body)
 
     h = threading.Thread(target=hog)
     h.start()
     try:
-        yield lkey
+        yield lkey, lock
     finally:
         stop.set()
         h.join()
@@ -398,13 +404,26 @@ def test_lease_hog_loses_its_run(swift, origin, tmp_path):
     """A node that holds a run's lease and keeps writing it again, but writes
     none of its blocks (a hog): the daemon takes the run over (the lease
     written again with no new block, or none for shared_wait), once for the
-    whole run, not once per block, and fetches the run from the store."""
+    whole run, not once per block, and fetches the run from the store. The
+    daemon's lease PUTs and the hog's read-then-write go one at a time (a
+    proxy and the hog share a lock): a hog that read its own lease just
+    before the take-over and wrote it after would win it back, a second
+    take-over (CI saw it once; a test hog that waits 0.15 s between its read
+    and its write, with the proxy's PUT answers 0.3 s late, does it one run
+    in four without the lock). The log is at debug: a failure says which
+    block waited and why."""
     data, n, opts = fill(swift, origin, tmp_path, "hog", 8 * BLOCK, ["shared_wait=2"])
-    with hog_holds(swift, "hog"):
-        with mcfs_mount(origin.url, str(tmp_path / "b"), opts=opts, env=ENV) as b:
+    with hog_holds(swift, "hog") as (_, lock), FaultProxy(swift.port) as px:
+        px.serial = (r"^PUT .*\.lease", lock)
+        opts = [o for o in opts if not o.startswith("shared_endpoint=")] + \
+            ["shared_endpoint=" + px.url]
+        with mcfs_mount(origin.url, str(tmp_path / "b"), opts=opts + ["log_level=debug"],
+                        env=ENV) as b:
             assert read(b.p("model.bin")) == data
             st = written(b, n)
             log = b.log()
+    print("counters:", brief(st))  # whole: an assertion's message is cut short
+    print("\n".join(ln for ln in log.splitlines() if "shared cache" in ln))
     assert st["shared_wait_timeouts"] == 1 and st["shared_leases"] == 1, (brief(st), log)
     assert st["store_reads"] == n and st["shared_puts"] == n, (brief(st), log)
 
