@@ -17,20 +17,30 @@ What the tests prove, with bytes compared with the source:
 - a file replaced in the store while a pushed open is mapped (its push
   ended): the next open gets the new version on a new inode, the old mapping
   keeps the old bytes;
+- the same with the push held at a proxy, so that the store changes under
+  it: the blocks the push had not fetched are errors (EIO to read(), SIGBUS
+  in the mapping), never the new version's bytes;
 - an open closed while its push runs, then unmount: clean, nothing left;
 - a file pushed whole and complete on disk: its next open keeps the pushed
   pages (no READ) instead of turning passthrough, whose reads would go to a
   backing file written around the page cache; once the kernel forgets the
   inode (and its pages), the next open is passthrough again.
 """
+import errno
 import mmap
 import os
+import re
+import signal
+import subprocess
+import sys
+import threading
 import time
 
 import pytest
 
 from conftest import mcfs_mount, need_root, wait_for
 from disk_helpers import settle
+from faultproxy import FaultProxy
 from gen import MiB, drop_caches, rand_bytes
 from servers import SWIFT_KEY, SWIFT_SECRET, Nginx, Swift, have_nginx, have_swift
 from test_cold_direct import resident
@@ -176,6 +186,102 @@ def test_replaced_while_a_pushed_open_is_mapped(tmp):
         assert mmap_read(m.p("w.bin")) == b
         st = m.stats()
         assert st["push_files"] >= 1 and st["inode_renumbers"] == 1, st
+
+
+# The old open's reader, in a process of its own: a fault on the mapping holds
+# the interpreter's lock until the page comes, and the page comes through the
+# proxy's threads in the test's process. It maps the file, reads its first 4
+# MiB (the push starts), says "mapped", waits for a line, then reads every
+# block with read() (the old bytes, or EIO: it counts those) and says how
+# many failed, then every block through the mapping (the old bytes, up to a
+# page that cannot be read: SIGBUS). Exits 0 when it read all the old bytes,
+# 1 at the first wrong byte.
+OLD_READER = """
+import errno, mmap, os, sys
+MiB = 1 << 20
+want = open(sys.argv[2], "rb").read()
+f = open(sys.argv[1], "rb", buffering=0)
+mm = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+assert mm[:4 * MiB] == want[:4 * MiB]
+print("mapped", flush=True)
+sys.stdin.readline()
+eio = 0
+for off in range(0, len(want), MiB):
+    try:
+        got = os.pread(f.fileno(), MiB, off)
+    except OSError as e:
+        if e.errno != errno.EIO:
+            raise
+        eio += 1
+        continue
+    if got != want[off:off + MiB]:
+        print("read: wrong bytes at", off, flush=True)
+        sys.exit(1)
+print("eio", eio, flush=True)
+for off in range(0, len(want), MiB):
+    if mm[off:off + MiB] != want[off:off + MiB]:
+        print("mapping: wrong bytes at", off, flush=True)
+        sys.exit(1)
+sys.exit(0)
+"""
+
+
+def test_replaced_while_its_push_is_held(tmp):
+    """The store's file is replaced while a pushed open's push is held at a
+    proxy (its GETs of ranges from 20 MiB on wait until the replace: 5 of its
+    25 blocks, fewer than its connections): the push then fetches those blocks
+    from a store that holds the new version, which the daemon refuses
+    (If-Match), so they never reach the page cache. The old open reads the
+    blocks pushed before as the old bytes and the others as errors: EIO to
+    read(), SIGBUS in the mapping. Never the new bytes. The next open gets the
+    new version."""
+    need_root()
+    if not have_nginx():
+        pytest.skip("nginx is not installed (deploy/install-deps.sh test installs it)")
+    a, b = rand_bytes(SIZE, 2310), rand_bytes(SIZE, 2311)
+    src = tmp / "src"
+    (src / "w.bin").write_bytes(a)
+    (tmp / "a.bin").write_bytes(a)
+    release = threading.Event()
+    held = []
+
+    def hold(method, path, head):  # GETs of ranges from 20 MiB on wait for the replace
+        r = re.search(rb"(?i)\r\nrange: *bytes=(\d+)-", head)
+        if method == "GET" and r and int(r.group(1)) >= 20 * MiB and not release.is_set():
+            held.append(int(r.group(1)))
+            release.wait(30)
+        return None
+
+    ng = Nginx(str(src), workdir=str(tmp / "nginx")).start()
+    reader = None
+    try:
+        with FaultProxy(ng.port) as px:
+            px.answer = hold
+            with mcfs_mount(px.url, str(tmp / "mnt"), opts=OPTS + ["attr_ttl=0"]) as m:
+                reader = subprocess.Popen(
+                    [sys.executable, "-c", OLD_READER, m.p("w.bin"), str(tmp / "a.bin")],
+                    stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+                assert reader.stdout.readline() == "mapped\n"
+                assert wait_for(lambda: held, 10), "no GET from 20 MiB reached the proxy"
+                (src / ".new").write_bytes(b)
+                os.replace(str(src / ".new"), str(src / "w.bin"))
+                release.set()
+                st = wait_pushed(m)
+                assert st["push_errors"] >= 1, st
+                out, _ = reader.communicate("go\n", timeout=60)
+                # read(): the old bytes or EIO; the last block was held, so one EIO at least
+                eio = [int(ln.split()[1]) for ln in out.splitlines() if ln.startswith("eio ")]
+                assert eio and eio[0] >= 1, out
+                # the mapping: the old bytes up to a page that cannot be read
+                assert reader.returncode == -signal.SIGBUS, (reader.returncode, out)
+                with open(m.p("w.bin"), "rb") as f:  # read(), not a mapping: this process
+                    assert f.read() == b
+    finally:
+        release.set()
+        if reader and reader.poll() is None:
+            reader.kill()
+            reader.wait()
+        ng.stop()
 
 
 def test_close_while_pushing_then_unmount(tmp):
