@@ -1,0 +1,107 @@
+#!/usr/bin/env python3
+"""How fast one file's page cache fills (issue 23): one table.
+
+    tests/bench/bench_page_fill.py [--size 4G] [--dir DIR] [--threads 1,4,8]
+
+A cold open under cold_whole waits until its file is whole in the cache directory,
+and the loader then reads it from the page cache: the rate at which one file's page
+cache fills bounds that wait. page_fill.c (built here with cc) fills one file of
+--size in 8 MiB blocks from 1, 4 and 8 threads, by pwrite (what mcfs's buffered disk
+writes do), by memcpy into one shared mapping of the file, and by a mapping per
+block; on a file in --dir (default: tests/bench/, the cache directory's file system
+on most machines) and on a memfd (shmem). Each row: the fill's GB/s, then one
+thread's 16 MiB preads of the whole file right after (the page cache), every byte
+compared. The limit row is one thread's memcpy between two buffers of 8 MiB.
+
+Needs a C compiler. Leaves nothing: the file is unlinked, the binary's directory
+removed.
+"""
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+
+from bench_shared import parse_size  # noqa: E402
+
+MEMCPY = r"""
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+int main(void)
+{
+	size_t n = 8ul << 20, total = 0;
+	char *a = malloc(n), *b = malloc(n);
+	struct timespec t0, t1;
+	memset(a, 1, n);
+	memset(b, 2, n);
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	do {
+		memcpy(total / n % 2 ? a : b, total / n % 2 ? b : a, n);
+		total += n;
+		clock_gettime(CLOCK_MONOTONIC, &t1);
+	} while (t1.tv_sec - t0.tv_sec < 2);
+	printf("%.2f\n", total / ((t1.tv_sec - t0.tv_sec) + (t1.tv_nsec - t0.tv_nsec) / 1e9) / 1e9);
+	volatile char sink = (char)(a[n - 1] ^ b[n - 1]); /* the copies are used */
+	(void)sink;
+	return 0;
+}
+"""
+
+
+def build(tmp):
+    cc = shutil.which("cc") or shutil.which("gcc")
+    if not cc:
+        sys.exit("bench_page_fill: no C compiler (cc or gcc) on PATH")
+    fill = os.path.join(tmp, "page_fill")
+    subprocess.run([cc, "-O2", "-o", fill, os.path.join(HERE, "page_fill.c"), "-lpthread"],
+                   check=True)
+    with open(os.path.join(tmp, "memcpy.c"), "w") as f:
+        f.write(MEMCPY)
+    mc = os.path.join(tmp, "memcpy")
+    subprocess.run([cc, "-O2", "-o", mc, os.path.join(tmp, "memcpy.c")], check=True)
+    return fill, mc
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--size", default="4G")
+    ap.add_argument("--dir", default=HERE)
+    ap.add_argument("--threads", default="1,4,8")
+    a = ap.parse_args()
+    size = parse_size(a.size)
+    threads = [int(t) for t in a.threads.split(",")]
+    tmp = tempfile.mkdtemp(prefix="page_fill.")
+    try:
+        fill, mc = build(tmp)
+        fs = subprocess.run(["findmnt", "-n", "-o", "FSTYPE", "-T", a.dir], capture_output=True,
+                            text=True).stdout.strip() or "?"
+        print("File: %.2f GiB in 8 MiB blocks; %s (%s) and a memfd; kernel %s, %d CPUs"
+              % (size / 2**30, a.dir, fs, os.uname().release, os.cpu_count()))
+        print()
+        print("| target | method | threads | fill GB/s | read back GB/s (1 thread) |")
+        print("|---|---|---|---|---|")
+        lim = subprocess.run([mc], capture_output=True, text=True, check=True).stdout.split()[0]
+        print("| limit: one thread's memcpy, 8 MiB | - | 1 | %s | - |" % lim)
+        for target in (os.path.join(a.dir, ".page_fill.%d" % os.getpid()), "memfd"):
+            name = "memfd (shmem)" if target == "memfd" else "file (%s)" % fs
+            for method in ("pwrite", "map", "mapblk"):
+                for t in threads:
+                    r = subprocess.run([fill, target, str(size), str(t), method],
+                                       capture_output=True, text=True)
+                    if r.returncode != 0:
+                        sys.exit("bench_page_fill: %s %s %d: %s" % (name, method, t,
+                                                                    r.stderr.strip()))
+                    f, rb = r.stdout.split()
+                    print("| %s | %s | %d | %s | %s |" % (name, method, t, f, rb))
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
