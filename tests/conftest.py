@@ -200,6 +200,37 @@ def tmp(tmp_path):
 
 DAMON_KDAMONDS = "/sys/kernel/mm/damon/admin/kdamonds"
 DAMON_RECLAIM = "/sys/module/damon_reclaim/parameters/enabled"
+# What damon_paused() blocks have stopped and not yet started again: lines of
+# "PID KNOB ON-VALUE". A run killed by a signal inside the block (no finally)
+# leaves its lines; the next block started anywhere puts those knobs back.
+DAMON_MARK = "/run/mcfs-tests-damon-paused"
+
+
+def _damon_marks(change):
+    """Under an exclusive lock on DAMON_MARK, calls change(lines) with its
+    lines and writes back the list it returns."""
+    import fcntl
+    try:
+        fd = os.open(DAMON_MARK, os.O_RDWR | os.O_CREAT, 0o600)
+    except OSError as e:
+        print("damon_paused: cannot open %s: %s" % (DAMON_MARK, e))
+        return
+    with os.fdopen(fd, "r+") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        lines = change([ln.split() for ln in f.read().splitlines() if len(ln.split()) == 3])
+        f.seek(0)
+        f.truncate()
+        f.write("".join("%s %s %s\n" % tuple(ln) for ln in lines))
+
+
+def _alive(pid):
+    try:
+        os.kill(int(pid), 0)
+        return True
+    except ProcessLookupError:
+        return False
+    except (OSError, ValueError):
+        return True  # someone else's, or not a pid: not ours to judge
 
 
 @contextlib.contextmanager
@@ -227,19 +258,31 @@ def damon_paused():
             print("damon_paused: cannot write %s to %s: %s" % (value, path, e))
             return False
 
-    stopped, reclaim_on = [], False
+    def left_by_the_dead(lines):  # a killed run's knobs, put back
+        for pid, path, value in lines:
+            if not _alive(pid):
+                print("damon_paused: %s left by process %s, killed inside the block: %s again"
+                      % (path, pid, value))
+                put(path, value)
+        return [ln for ln in lines if _alive(ln[0])]
+
+    me = str(os.getpid())
+    stopped = []
+    _damon_marks(left_by_the_dead)
     try:
         for d in sorted(os.listdir(DAMON_KDAMONDS)) if os.path.isdir(DAMON_KDAMONDS) else []:
             state = os.path.join(DAMON_KDAMONDS, d, "state")
             if read_knob(state) == "on" and put(state, "off"):
-                stopped.append(state)
-        reclaim_on = read_knob(DAMON_RECLAIM) == "Y" and put(DAMON_RECLAIM, "N")
+                stopped.append((state, "on"))
+        if read_knob(DAMON_RECLAIM) == "Y" and put(DAMON_RECLAIM, "N"):
+            stopped.append((DAMON_RECLAIM, "Y"))
+        _damon_marks(lambda lines: lines + [[me, path, v] for path, v in stopped])
         yield
     finally:
-        for state in stopped:
-            put(state, "on")
-        if reclaim_on:
-            put(DAMON_RECLAIM, "Y")
+        for path, value in stopped:
+            put(path, value)
+        _damon_marks(lambda lines: [ln for ln in lines
+                                    if not (ln[0] == me and (ln[1], ln[2]) in stopped)])
 
 
 @pytest.fixture
