@@ -266,13 +266,15 @@ static void handle_free(struct fs_session *s, fuse_req_t req, struct fs_handle *
 	if (h->next)
 		h->next->prev = h->prev;
 	pthread_mutex_unlock(&s->handles_lock);
-	atomic_fetch_sub_explicit(&s->open_files, 1,
-				  memory_order_relaxed); /* linked: every caller */
 	fs_push_close(s, h); /* before the inode's page cache may change hands */
 	fs_inode_close(s, req, h->ino, h->file, &mode);
 	cache_stream_free(h->stream);
 	cache_file_put(s->cache, h->file);
 	free(h);
+	/* last: an open counts until its release has put back all it held (the
+	 * pins of a passthrough version, which a newer version's registration
+	 * leaves in place while held), so open_files 0 means all of it is done */
+	atomic_fetch_sub_explicit(&s->open_files, 1, memory_order_release);
 }
 
 void fs_handles_free_all(struct fs_session *s)
