@@ -48,6 +48,7 @@ request body (a PUT's, framed by Content-Length) is read whole and sent on
 with the request; "Expect: 100-continue" is answered here and not sent on
 (SigV4 does not sign it).
 """
+import contextlib
 import re
 import select
 import socket
@@ -197,11 +198,8 @@ class FaultProxy:
                 method = head.split(b" ", 1)[0]
                 line = head.split(b"\r\n", 1)[0].decode("latin-1")
                 serial = self.serial
-                if serial and re.search(serial[0], line):
-                    with serial[1]:
-                        up.sendall(head + body)
-                        rhead, rest = _read_head(up, b"")
-                else:
+                with (serial[1] if serial and re.search(serial[0], line)
+                      else contextlib.nullcontext()):
                     up.sendall(head + body)
                     rhead, rest = _read_head(up, b"")
                 if rhead is None:
