@@ -21,7 +21,8 @@
  *    passthrough until it is whole and verified.
  *  - A version handed out is pinned in the disk tier: none of its blocks is
  *    evicted (punched) while the kernel may read it. `mcfs evict` of a path
- *    with a pinned version drops it at the last put.
+ *    with a pinned version drops it at the last put; so does a newer
+ *    version's hand-out (the store changed: the old one is superseded).
  *  - A version is never written into a file named after another version, so
  *    a file never mixes versions.
  *
@@ -47,6 +48,8 @@ struct bfile {
 	char version[CACHE_VERSION_MAX]; /* the version it holds */
 	unsigned pins;			 /* hand-outs not yet put back */
 	bool doomed;			 /* evicted while pinned: dropped at the last put */
+	bool superseded;		 /* another version handed out since: its blocks go
+					  * at the last put */
 };
 
 struct cache_backing {
@@ -81,7 +84,7 @@ static void remove_entry(struct cache_backing *bk, struct bfile *e)
 int cache_backing_get(struct cache *c, struct cache_file *f, int *fd)
 {
 	struct cache_backing *bk = c->backing;
-	struct bfile *e, *n = NULL;
+	struct bfile *e, *n = NULL, *o;
 	int rc;
 
 	if (!bk || !c->disk || f->size == 0)
@@ -113,13 +116,19 @@ int cache_backing_get(struct cache *c, struct cache_file *f, int *fd)
 			bk->files = e = n;
 		}
 	}
-	if (e)
+	if (e) {
 		e->pins++;
+		/* The store changed: a version still pinned beside this one is
+		 * superseded (the disk tier dropped the unpinned ones). */
+		for (o = bk->files; o; o = o->next)
+			if (o != e && strcmp(o->path, f->path) == 0)
+				o->superseded = true;
+	}
 	pthread_mutex_unlock(&bk->lock);
 	if (!e) {
 		close(*fd);
 		*fd = -1;
-		cache_disk_unpin_file(c->disk, f->path, f->version, f->size);
+		cache_disk_unpin_file(c->disk, f->path, f->version, f->size, false);
 		return -ENOMEM;
 	}
 	/* The page cache of the version file holds the bytes (verified through
@@ -137,7 +146,7 @@ void cache_backing_put(struct cache *c, struct cache_file *f)
 {
 	struct cache_backing *bk = c->backing;
 	struct bfile *e;
-	bool drop = false, found = false;
+	bool drop = false, found = false, old = false;
 
 	if (!bk)
 		return;
@@ -147,12 +156,13 @@ void cache_backing_put(struct cache *c, struct cache_file *f)
 		found = true;
 		if (--e->pins == 0) {
 			drop = e->doomed;
+			old = e->superseded;
 			remove_entry(bk, e);
 		}
 	}
 	pthread_mutex_unlock(&bk->lock);
 	if (found)
-		cache_disk_unpin_file(c->disk, f->path, f->version, f->size);
+		cache_disk_unpin_file(c->disk, f->path, f->version, f->size, old);
 	if (drop)
 		(void)cache_disk_evict_path(c->disk, f->path);
 }

@@ -637,7 +637,8 @@ int cache_disk_pin_file(struct cache_disk *d, const char *path, const char *vers
 		}
 	}
 	/* This version is whole: the path's others are superseded (the store
-	 * changed), and go unless a reader or the kernel still holds them. */
+	 * changed), and go unless a reader or the kernel still holds them (a
+	 * pinned one goes at its last unpin: backing.c). */
 	if (rc == 0)
 		(void)evict(d, path, &keys[0]);
 	if (rc < 0) {
@@ -658,21 +659,37 @@ out:
 }
 
 void cache_disk_unpin_file(struct cache_disk *d, const char *path, const char *version,
-			   uint64_t size)
+			   uint64_t size, bool drop)
 {
-	uint64_t n = (size + d->bs - 1) / d->bs;
+	uint64_t n = (size + d->bs - 1) / d->bs, j;
 	struct cache_meta_key *keys = calloc(n ? n : 1, sizeof(*keys));
+	uint32_t *idx = calloc(n ? n : 1, sizeof(*idx)), i, dead = 0;
+	int rc;
 
-	if (!keys) {
+	if (!keys || !idx) {
 		MCFS_ERR("disk tier: unpinning %s: out of memory; its blocks stay until restart",
 			 path);
+		free(keys);
+		free(idx);
 		return;
 	}
 	version_keys(d, path, version, keys, n);
 	pthread_mutex_lock(&d->lock);
 	unpin_blocks(d, keys, n);
+	for (j = 0; drop && j < n; j++) {
+		i = cache_disk_find(d, &keys[j]);
+		if (i == DNIL || d->slots[i].state != DS_VALID || d->slots[i].readers)
+			continue; /* a read or another pin still uses it: LRU takes it later */
+		kill_slot(d, i);
+		keys[dead] = keys[j];
+		idx[dead++] = i;
+	}
 	pthread_mutex_unlock(&d->lock);
+	if (dead && (rc = drop_dead(d, idx, keys, dead)) < 0)
+		MCFS_ERR("disk tier: dropping superseded %s (%s) from the index: %s", path, version,
+			 strerror(-rc));
 	free(keys);
+	free(idx);
 }
 
 void cache_disk_verify_stats(struct cache_disk *d, struct cache_disk_verified *out)

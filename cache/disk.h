@@ -114,9 +114,11 @@ uint64_t cache_disk_evict_path(struct cache_disk *d, const char *path);
  */
 MCFS_MUST_CHECK int cache_disk_pin_file(struct cache_disk *d, const char *path, const char *version,
 					uint64_t size, int *fd);
-/* Unpins what cache_disk_pin_file() pinned. Can't fail. */
+/* Unpins what cache_disk_pin_file() pinned; with @drop (a newer version of
+ * the path was pinned meanwhile: this one is superseded), the version's
+ * blocks that no read uses and no other pin holds go too. Can't fail. */
 void cache_disk_unpin_file(struct cache_disk *d, const char *path, const char *version,
-			   uint64_t size);
+			   uint64_t size, bool drop);
 /* What cache_disk_pin_file() verified. */
 struct cache_disk_verified {
 	uint64_t files;	   /* versions verified whole, unchanged since */

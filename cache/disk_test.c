@@ -206,10 +206,31 @@ static void pin_checks(const char *dir, struct cache_disk *d, char *buf, char *r
 		close(fd);
 	cache_disk_verify_stats(d, &v);
 	CHECK(v.verifies == 1, "verified once per mount (%llu)", (unsigned long long)v.verifies);
-	cache_disk_unpin_file(d, "m/b.bin", "v1", B_SIZE);
-	cache_disk_unpin_file(d, "m/b.bin", "v1", B_SIZE);
+	cache_disk_unpin_file(d, "m/b.bin", "v1", B_SIZE, false);
+	cache_disk_unpin_file(d, "m/b.bin", "v1", B_SIZE, false);
 	CHECK(cache_disk_evict_path(d, "m/b.bin") == 2 * BS + 5000, "unpinned: evicted");
 	CHECK(allocated(dir, 100) == -1, "b.bin's file is gone");
+	/* superseded while pinned twice: its blocks go at the last unpin, not before */
+	put_b(d, buf);
+	CHECK(cache_disk_pin_file(d, "m/b.bin", "v1", B_SIZE, &fd) == 0, "pinned again");
+	if (fd >= 0)
+		close(fd);
+	CHECK(cache_disk_pin_file(d, "m/b.bin", "v1", B_SIZE, &fd) == 0, "pinned twice");
+	if (fd >= 0)
+		close(fd);
+	cache_disk_unpin_file(d, "m/b.bin", "v1", B_SIZE, true);
+	k = key(100);
+	CHECK(cache_disk_held(d, &k) == BS, "still pinned once: kept");
+	cache_disk_unpin_file(d, "m/b.bin", "v1", B_SIZE, true);
+	for (i = 0; i < 3; i++) {
+		k = key(100 + i);
+		CHECK(cache_disk_held(d, &k) == 0, "superseded block %u dropped at the last unpin",
+		      i);
+	}
+	CHECK(cache_disk_evict_path(d, "m/b.bin") == 0, "nothing left to evict");
+	for (i = 0; i < 10000 && allocated(dir, 100) != -1; i++)
+		usleep(1000); /* the writer punches and removes it behind */
+	CHECK(allocated(dir, 100) == -1, "the superseded version's file is gone");
 }
 
 /* Bytes no entry claims (a kill between a write and its entry) are punched at

@@ -16,7 +16,7 @@ import tempfile
 import pytest
 
 from conftest import MCFS, cleanup_daemon, fuse_mounted, mcfs_mount, need_root, wait_for
-from disk_helpers import settle
+from disk_helpers import allocated, settle, version_files
 from fuse_knobs import ENABLE_URING, features, knob, read_knob
 from gen import MiB, drop_caches, make_safetensors, rand_bytes, write_random
 
@@ -132,6 +132,39 @@ def test_replaced_file_never_mixes_versions(tmp):
         st = m.stats()
         assert st["passthrough_opens"] == 2 and st["backing_builds"] == 2, st
         assert st["backing_files"] == 1, st
+
+
+def test_superseded_version_goes_at_its_last_close(tmp):
+    """A version still open with passthrough when a newer one is handed out
+    leaves the disk tier at its last close, not at LRU's leisure."""
+    need_passthrough()
+    src = tmp / "src"
+    a, b = rand_bytes(SIZE, 145), rand_bytes(SIZE, 146)
+    (src / "m.bin").write_bytes(a)
+    cache = tmp / "cache"
+    with mcfs_mount(str(src), str(tmp / "mnt"),
+                    opts=opts(tmp, "attr_ttl=0", "negative_ttl=0")) as m:
+        assert read_all(m.p("m.bin")) == a
+        settle(m)
+        old = open(m.p("m.bin"), "rb")   # passthrough of version a: pinned
+        try:
+            assert m.stats()["passthrough_opens"] == 1, m.stats()
+            (src / ".new").write_bytes(b)
+            os.replace(str(src / ".new"), str(src / "m.bin"))
+            assert read_through(m, m.p("m.bin"), b) > 0   # b through the cache: now whole
+            settle(m)
+            assert read_through(m, m.p("m.bin"), b) == 0  # b handed out beside pinned a
+            st = m.stats()
+            assert st["passthrough_opens"] == 2 and st["backing_files"] == 2, st
+            assert old.read() == a                        # a's open still reads a
+        finally:
+            old.close()
+        assert wait_for(lambda: m.stats()["open_files"] == 0), m.stats()
+        assert wait_for(lambda: m.stats()["backing_files"] == 1), m.stats()
+        # a's version file is punched and removed behind the release
+        assert wait_for(lambda: len(version_files(cache)) == 1), version_files(cache)
+        assert allocated(os.path.dirname(version_files(cache)[0])) <= SIZE * 1.1
+        assert read_through(m, m.p("m.bin"), b) == 0      # b stays, passthrough
 
 
 def test_mmap_and_safe_open_through_passthrough(tmp):
