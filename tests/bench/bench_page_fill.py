@@ -11,7 +11,9 @@ writes do), by memcpy into one shared mapping of the file, and by a mapping per
 block; on a file in --dir (default: tests/bench/, the cache directory's file system
 on most machines) and on a memfd (shmem). Each row: the fill's GB/s, then one
 thread's 16 MiB preads of the whole file right after (the page cache), every byte
-compared. The limit row is one thread's memcpy between two buffers of 8 MiB.
+compared. The limit row is one thread's memcpy between two buffers of 8 MiB. The
+"N files" rows split --size over N files filled side by side, one thread each, by
+pwrite (a model's shards fetched whole at once: one file's writes share its lock).
 
 Needs a C compiler. Leaves nothing: the file is unlinked, the binary's directory
 removed.
@@ -88,17 +90,19 @@ def main():
         print("|---|---|---|---|---|")
         lim = subprocess.run([mc], capture_output=True, text=True, check=True).stdout.split()[0]
         print("| limit: one thread's memcpy, 8 MiB | - | 1 | %s | - |" % lim)
+        runs = []
         for target in (os.path.join(a.dir, ".page_fill.%d" % os.getpid()), "memfd"):
             name = "memfd (shmem)" if target == "memfd" else "file (%s)" % fs
-            for method in ("pwrite", "map", "mapblk"):
-                for t in threads:
-                    r = subprocess.run([fill, target, str(size), str(t), method],
-                                       capture_output=True, text=True)
-                    if r.returncode != 0:
-                        sys.exit("bench_page_fill: %s %s %d: %s" % (name, method, t,
-                                                                    r.stderr.strip()))
-                    f, rb = r.stdout.split()
-                    print("| %s | %s | %d | %s | %s |" % (name, method, t, f, rb))
+            runs += [(name, target, m, t, 1) for m in ("pwrite", "map", "mapblk") for t in threads]
+            runs += [("%d %s" % (t, "memfds" if target == "memfd" else "files (%s)" % fs),
+                      target, "pwrite", t, t) for t in threads if t > 1]
+        for name, target, method, t, nf in runs:
+            r = subprocess.run([fill, target, str(size), str(t), method, str(nf)],
+                               capture_output=True, text=True)
+            if r.returncode != 0:
+                sys.exit("bench_page_fill: %s %s %d: %s" % (name, method, t, r.stderr.strip()))
+            f, rb = r.stdout.split()
+            print("| %s | %s | %d | %s | %s |" % (name, method, t, f, rb))
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 

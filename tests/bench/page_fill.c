@@ -2,7 +2,7 @@
  * page_fill.c - how fast one file's page cache fills, for bench_page_fill.py
  * (issue 23: a cold open that waits for its file whole waits for this).
  *
- *   page_fill TARGET SIZE THREADS METHOD
+ *   page_fill TARGET SIZE THREADS METHOD [FILES]
  *
  * TARGET: a path (created, fallocated to SIZE bytes, unlinked at the end) or
  * "memfd" (a memfd: shmem). THREADS threads take 8 MiB blocks in turn and put
@@ -12,6 +12,10 @@
  * file back with 16 MiB preads (the page cache, when the fill left it there)
  * and compares every byte. Prints "FILL_GBPS READ_GBPS"; exits 1 with a line
  * on stderr naming what failed.
+ *
+ * FILES (default 1) splits SIZE over that many files (TARGET.0, TARGET.1, ...;
+ * memfds), filled at once, thread i taking the blocks of file i % FILES: what
+ * a model's shards fetched whole side by side fill at together.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -28,10 +32,15 @@
 #define BS (8ul << 20)
 #define RD (16ul << 20)
 
-static int fd, method;
-static size_t size;
-static char *map;
-static atomic_size_t next_off;
+#define MAXF 64
+
+static int method, nfiles;
+static size_t size; /* of each file */
+static struct one {
+	int fd;
+	char *map;
+	atomic_size_t next_off;
+} files[MAXF];
 
 static double now(void)
 {
@@ -55,13 +64,15 @@ static unsigned char byte_at(size_t off)
 
 static void *filler(void *arg)
 {
+	struct one *f = arg;
 	char *src = aligned_alloc(4096, BS), *m;
 	size_t off, n;
+	int fd = f->fd;
+	char *map = f->map;
 
-	(void)arg;
 	if (!src)
 		die("aligned_alloc");
-	while ((off = atomic_fetch_add(&next_off, BS)) < size) {
+	while ((off = atomic_fetch_add(&f->next_off, BS)) < size) {
 		n = size - off < BS ? size - off : BS;
 		memset(src, byte_at(off), n);
 		if (method == 0) {
@@ -81,60 +92,19 @@ static void *filler(void *arg)
 	return NULL;
 }
 
-int main(int argc, char **argv)
+/* Reads file @f back, 16 MiB preads into @buf: seconds; exits 1 on a short read or a wrong byte. */
+static double read_back(int fd, char *buf)
 {
-	pthread_t t[64];
-	double t0, fill, rd;
 	size_t got = 0, i;
-	char *buf;
+	double t0 = now(), rd;
 	ssize_t r;
-	int nt;
 
-	if (argc != 5) {
-		fprintf(stderr, "usage: page_fill PATH|memfd SIZE THREADS pwrite|map|mapblk\n");
-		return 2;
-	}
-	size = strtoull(argv[2], NULL, 10);
-	nt = atoi(argv[3]);
-	method = !strcmp(argv[4], "pwrite") ? 0 : !strcmp(argv[4], "map") ? 1 : 2;
-	if (nt < 1 || nt > 64 || size == 0 || (method == 2 && strcmp(argv[4], "mapblk"))) {
-		fprintf(stderr, "page_fill: bad arguments (size > 0, 1 to 64 threads, a method)\n");
-		return 2;
-	}
-	if (!strcmp(argv[1], "memfd")) {
-		fd = memfd_create("page_fill", MFD_CLOEXEC);
-	} else {
-		unlink(argv[1]);
-		fd = open(argv[1], O_RDWR | O_CREAT | O_CLOEXEC, 0600);
-	}
-	if (fd < 0)
-		die(argv[1]);
-	if (fallocate(fd, 0, 0, (off_t)size))
-		die("fallocate");
-	if (method == 1) {
-		map = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-		if (map == MAP_FAILED)
-			die("mmap of the file");
-	}
-	t0 = now();
-	for (i = 0; i < (size_t)nt; i++)
-		if (pthread_create(&t[i], NULL, filler, NULL))
-			die("pthread_create");
-	for (i = 0; i < (size_t)nt; i++)
-		pthread_join(t[i], NULL);
-	fill = now() - t0;
-	if (map)
-		munmap(map, size);
-	buf = aligned_alloc(4096, RD);
-	if (!buf)
-		die("aligned_alloc");
-	t0 = now();
 	while (got < size && (r = pread(fd, buf, RD, (off_t)got)) > 0)
 		got += (size_t)r;
 	rd = now() - t0;
 	if (got != size) {
 		fprintf(stderr, "page_fill: read back %zu of %zu bytes\n", got, size);
-		return 1;
+		exit(1);
 	}
 	for (got = 0; got < size; got += RD) {
 		if (pread(fd, buf, RD, (off_t)got) < 0)
@@ -142,11 +112,76 @@ int main(int argc, char **argv)
 		for (i = 0; i < RD && got + i < size; i += 4096)
 			if ((unsigned char)buf[i] != byte_at(got + i)) {
 				fprintf(stderr, "page_fill: wrong byte at %zu\n", got + i);
-				return 1;
+				exit(1);
 			}
 	}
-	if (strcmp(argv[1], "memfd"))
-		unlink(argv[1]);
-	printf("%.2f %.2f\n", (double)size / fill / 1e9, (double)size / rd / 1e9);
+	return rd;
+}
+
+int main(int argc, char **argv)
+{
+	pthread_t t[64];
+	char path[4096], *buf;
+	double t0, fill, rd = 0;
+	size_t total;
+	int nt, i;
+
+	if (argc != 5 && argc != 6) {
+		fprintf(stderr,
+			"usage: page_fill PATH|memfd SIZE THREADS pwrite|map|mapblk [FILES]\n");
+		return 2;
+	}
+	total = strtoull(argv[2], NULL, 10);
+	nt = atoi(argv[3]);
+	nfiles = argc == 6 ? atoi(argv[5]) : 1;
+	method = !strcmp(argv[4], "pwrite") ? 0 : !strcmp(argv[4], "map") ? 1 : 2;
+	if (nt < 1 || nt > 64 || nfiles < 1 || nfiles > MAXF || total < (size_t)nfiles ||
+	    (method == 2 && strcmp(argv[4], "mapblk"))) {
+		fprintf(stderr, "page_fill: bad arguments (size > 0, 1 to 64 threads, a method, "
+				"1 to 64 files)\n");
+		return 2;
+	}
+	size = total / (size_t)nfiles;
+	for (i = 0; i < nfiles; i++) {
+		struct one *f = &files[i];
+
+		if (!strcmp(argv[1], "memfd")) {
+			f->fd = memfd_create("page_fill", MFD_CLOEXEC);
+		} else {
+			snprintf(path, sizeof(path), nfiles > 1 ? "%s.%d" : "%s", argv[1], i);
+			unlink(path);
+			f->fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+		}
+		if (f->fd < 0)
+			die(argv[1]);
+		if (fallocate(f->fd, 0, 0, (off_t)size))
+			die("fallocate");
+		if (method == 1) {
+			f->map = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, f->fd, 0);
+			if (f->map == MAP_FAILED)
+				die("mmap of the file");
+		}
+	}
+	t0 = now();
+	for (i = 0; i < nt; i++)
+		if (pthread_create(&t[i], NULL, filler, &files[i % nfiles]))
+			die("pthread_create");
+	for (i = 0; i < nt; i++)
+		pthread_join(t[i], NULL);
+	fill = now() - t0;
+	buf = aligned_alloc(4096, RD);
+	if (!buf)
+		die("aligned_alloc");
+	for (i = 0; i < nfiles; i++) {
+		if (files[i].map)
+			munmap(files[i].map, size);
+		rd += read_back(files[i].fd, buf);
+		if (strcmp(argv[1], "memfd")) {
+			snprintf(path, sizeof(path), nfiles > 1 ? "%s.%d" : "%s", argv[1], i);
+			unlink(path);
+		}
+	}
+	printf("%.2f %.2f\n", (double)(size * (size_t)nfiles) / fill / 1e9,
+	       (double)(size * (size_t)nfiles) / rd / 1e9);
 	return 0;
 }
