@@ -149,13 +149,14 @@ BUF = None          # the "parameters": one reusable buffer of the largest tenso
 BACKGROUND = []     # prefetch threads left running by a pass: joined after its timing
 
 
-def copy_in(t):
+def copy_in(t, buf=None):
+    buf = BUF if buf is None else buf
     if torch is not None:
         b = t.reshape(-1).view(torch.uint8)
-        BUF[:b.numel()].copy_(b)
+        buf[:b.numel()].copy_(b)
         return b.numel()
     b = t.reshape(-1).view(np.uint8)
-    np.copyto(BUF[:b.size], b)
+    np.copyto(buf[:b.size], b)
     return b.size
 
 

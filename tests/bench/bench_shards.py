@@ -8,7 +8,8 @@
 The loop is bench_loaders.py's "1 thread" row (safe_open(f), get_tensor of each name,
 each tensor copied into a preallocated buffer), timed per shard in two parts: the
 open (safe_open: the open(2) and the header; under cold_whole the open waits for the
-file to be whole) and the read (every tensor). Rows: the local files in page cache,
+file to be whole) and the read (every tensor). With --threads 8 it is the 8-thread
+row instead (one shard per thread, opened at once; one buffer per thread). Rows: the local files in page cache,
 then for each set of mcfs -o options given (default: "" and
 "cold_whole=model,disk_direct=false") a cold pass (a fresh daemon, empty cache_dir,
 drop_caches, the store's files re-read so that nginx serves them from its page cache)
@@ -25,6 +26,7 @@ import shutil
 import sys
 import tempfile
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(os.path.dirname(HERE)))
@@ -38,20 +40,30 @@ from bench_shared import parse_size  # noqa: E402
 from conftest import MCFS, damon_paused, mcfs_mount  # noqa: E402
 from servers import Nginx, have_nginx  # noqa: E402
 
+BUFS = []
 COUNTERS = ("whole", "fuse", "passthrough", "store", "backing", "disk", "cold")
 
 
-def one_pass(paths):
-    """The 1-thread loop: (seconds in all, [(open s, read s, bytes) per shard])."""
-    shards = []
+def one_shard(f, buf):
+    """(open s, read s, bytes) of shard @f, each tensor copied into @buf."""
+    t0 = time.perf_counter()
+    sf = safetensors.safe_open(f, framework=L.FW)
+    t1 = time.perf_counter()
+    n = sum(L.copy_in(sf.get_tensor(name), buf) for name in sf.keys())
+    return t1 - t0, time.perf_counter() - t1, n
+
+
+def one_pass(paths, threads=1):
+    """The loop: (seconds in all, [(open s, read s, bytes) per shard]); with
+    @threads > 1, that many threads take the shards in turn, opening at once
+    (bench_loaders.py's 8-thread row, one buffer per thread)."""
     t00 = time.perf_counter()
-    for f in paths:
-        t0 = time.perf_counter()
-        sf = safetensors.safe_open(f, framework=L.FW)
-        t1 = time.perf_counter()
-        n = sum(L.copy_in(sf.get_tensor(name)) for name in sf.keys())
-        shards.append((t1 - t0, time.perf_counter() - t1, n))
-        del sf
+    if threads == 1:
+        shards = [one_shard(f, L.BUF) for f in paths]
+    else:
+        with ThreadPoolExecutor(threads) as ex:
+            shards = list(ex.map(one_shard, paths,
+                                 [BUFS[i % threads] for i in range(len(paths))]))
     return time.perf_counter() - t00, shards
 
 
@@ -59,6 +71,8 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--size", type=parse_size, default=1 << 30)
     ap.add_argument("--shards", type=int, default=8)
+    ap.add_argument("--threads", type=int, default=1,
+                    help="threads taking the shards in turn (8: bench_loaders' 8-thread row)")
     ap.add_argument("opts", nargs="*", default=None,
                     help='mcfs -o options, one argument per mount ("" for the defaults)')
     a = ap.parse_args()
@@ -75,6 +89,8 @@ def main():
         L.BUF = (L.torch.empty(largest, dtype=L.torch.uint8) if L.torch is not None
                  else L.np.empty(largest, dtype=L.np.uint8))
         L.BUF[:] = 1
+        for _ in range(a.threads):
+            BUFS.append(L.BUF.clone() if L.torch is not None else L.BUF.copy())
         if L.torch is not None:
             L.torch.set_num_threads(1)
         rels = [os.path.basename(f) for f in files]
@@ -82,7 +98,7 @@ def main():
         with damon_paused():
             for f in files:
                 warm(f)
-            rows.append(("local file in page cache", one_pass(files)))
+            rows.append(("local file in page cache", one_pass(files, a.threads)))
             for opts in optsets:
                 cache, mnt = os.path.join(work, "cache"), os.path.join(work, "mnt")
                 shutil.rmtree(cache, ignore_errors=True)
@@ -96,7 +112,7 @@ def main():
                     wait_started(m, mf[0])
                     pretouch(max(3072, a.size // (1 << 20) + 1024))
                     s0 = m.stats()
-                    rows.append(("mcfs cold, %s" % (opts or "defaults"), one_pass(mf)))
+                    rows.append(("mcfs cold, %s" % (opts or "defaults"), one_pass(mf, a.threads)))
                     s1 = m.stats()
                     notes.append("%s: %s" % (opts or "defaults", ", ".join(
                         "%s %d" % (k, s1[k] - s0[k]) for k in sorted(s1)
@@ -104,14 +120,15 @@ def main():
                         and s1[k] != s0[k])))
                     L.settle(m)  # write-behind done, as bench_loaders waits
                     pretouch(max(3072, a.size // (1 << 20) + 1024))
-                    rows.append(("mcfs warm, %s" % (opts or "defaults"), one_pass(mf)))
+                    rows.append(("mcfs warm, %s" % (opts or "defaults"), one_pass(mf, a.threads)))
     finally:
         if ng:
             ng.stop()
         shutil.rmtree(work, ignore_errors=True)
     local = rows[0][1][0]
-    out = ["The 1-thread loop, shard by shard: %.2f GB in %d shards, %d CPUs, framework %r; "
-           "ms per shard as open / read" % (want / 1e9, a.shards, os.cpu_count(), L.FW), "",
+    out = ["The %d-thread loop, shard by shard: %.2f GB in %d shards, %d CPUs, framework %r; "
+           "ms per shard as open / read" % (a.threads, want / 1e9, a.shards, os.cpu_count(),
+                                            L.FW), "",
            "| pass | " + " | ".join("shard %d" % (i + 1) for i in range(a.shards))
            + " | GB/s (ratio to local) |",
            "|---" * (a.shards + 2) + "|"]
