@@ -1,6 +1,7 @@
 /*
- * disk_int.h - what disk.c (index, reads, open/close) and disk_writer.c (the
- * write-behind thread) share. Not for use outside these two files.
+ * disk_int.h - what disk.c (index, reads, pins), disk_open.c (start and
+ * stop) and disk_writer.c (the write-behind thread) share. Not for use
+ * outside these three files.
  *
  * In memory the tier mirrors its LMDB index: one struct dslot per block the
  * tier may hold (disk_cache / block size of them: a "slot" is a place in
