@@ -14,6 +14,9 @@ thread's 16 MiB preads of the whole file right after (the page cache), every byt
 compared. The limit row is one thread's memcpy between two buffers of 8 MiB. The
 "N files" rows split --size over N files filled side by side, one thread each, by
 pwrite (a model's shards fetched whole at once: one file's writes share its lock).
+Rows "source from memory" copy each block from its own place in a buffer of --size
+written beforehand (mcfs copies from the RAM tier, not from a buffer the CPU's cache
+holds, as the other rows do).
 
 Needs a C compiler. Leaves nothing: the file is unlinked, the binary's directory
 removed.
@@ -96,8 +99,12 @@ def main():
             runs += [(name, target, m, t, 1) for m in ("pwrite", "map", "mapblk") for t in threads]
             runs += [("%d %s" % (t, "memfds" if target == "memfd" else "files (%s)" % fs),
                       target, "pwrite", t, t) for t in threads if t > 1]
-        for name, target, method, t, nf in runs:
-            r = subprocess.run([fill, target, str(size), str(t), method, str(nf)],
+            if target != "memfd":  # the source in memory, as the RAM tier's blocks are
+                runs += [("%s, source from memory" % n, target, "pwrite", t, nf, "cold")
+                         for n, t, nf in [("file (%s)" % fs, threads[-1], 1)]
+                         + [("%d files (%s)" % (t, fs), t, t) for t in threads if t > 1]]
+        for name, target, method, t, nf, *cold in runs:
+            r = subprocess.run([fill, target, str(size), str(t), method, str(nf)] + cold,
                                capture_output=True, text=True)
             if r.returncode != 0:
                 sys.exit("bench_page_fill: %s %s %d: %s" % (name, method, t, r.stderr.strip()))

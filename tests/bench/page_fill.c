@@ -16,6 +16,11 @@
  * FILES (default 1) splits SIZE over that many files (TARGET.0, TARGET.1, ...;
  * memfds), filled at once, thread i taking the blocks of file i % FILES: what
  * a model's shards fetched whole side by side fill at together.
+ *
+ * "cold" after FILES copies each block from its own place in a buffer of
+ * SIZE bytes written before the clock starts, so that every source byte
+ * comes from memory, as mcfs's blocks come from the RAM tier; by default a
+ * thread refills one 8 MiB buffer per block, which the CPU's cache holds.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -35,10 +40,12 @@
 #define MAXF 64
 
 static int method, nfiles;
-static size_t size; /* of each file */
+static char *cold_src; /* "cold": the whole source, file after file */
+static size_t size;    /* of each file */
 static struct one {
 	int fd;
 	char *map;
+	size_t base; /* the file's place in cold_src */
 	atomic_size_t next_off;
 } files[MAXF];
 
@@ -65,16 +72,19 @@ static unsigned char byte_at(size_t off)
 static void *filler(void *arg)
 {
 	struct one *f = arg;
-	char *src = aligned_alloc(4096, BS), *m;
+	char *own = aligned_alloc(4096, BS), *src = own, *m;
 	size_t off, n;
 	int fd = f->fd;
 	char *map = f->map;
 
-	if (!src)
+	if (!own)
 		die("aligned_alloc");
 	while ((off = atomic_fetch_add(&f->next_off, BS)) < size) {
 		n = size - off < BS ? size - off : BS;
-		memset(src, byte_at(off), n);
+		if (cold_src)
+			src = cold_src + f->base + off;
+		else
+			memset(src, byte_at(off), n);
 		if (method == 0) {
 			if (pwrite(fd, src, n, (off_t)off) != (ssize_t)n)
 				die("pwrite");
@@ -88,7 +98,7 @@ static void *filler(void *arg)
 			munmap(m, n);
 		}
 	}
-	free(src);
+	free(own);
 	return NULL;
 }
 
@@ -126,14 +136,15 @@ int main(int argc, char **argv)
 	size_t total;
 	int nt, i;
 
-	if (argc != 5 && argc != 6) {
-		fprintf(stderr,
-			"usage: page_fill PATH|memfd SIZE THREADS pwrite|map|mapblk [FILES]\n");
+	if (argc < 5 || argc > 7 || (argc == 7 && strcmp(argv[6], "cold"))) {
+		fprintf(
+		    stderr,
+		    "usage: page_fill PATH|memfd SIZE THREADS pwrite|map|mapblk [FILES [cold]]\n");
 		return 2;
 	}
 	total = strtoull(argv[2], NULL, 10);
 	nt = atoi(argv[3]);
-	nfiles = argc == 6 ? atoi(argv[5]) : 1;
+	nfiles = argc >= 6 ? atoi(argv[5]) : 1;
 	method = !strcmp(argv[4], "pwrite") ? 0 : !strcmp(argv[4], "map") ? 1 : 2;
 	if (nt < 1 || nt > 64 || nfiles < 1 || nfiles > MAXF || total < (size_t)nfiles ||
 	    (method == 2 && strcmp(argv[4], "mapblk"))) {
@@ -142,8 +153,19 @@ int main(int argc, char **argv)
 		return 2;
 	}
 	size = total / (size_t)nfiles;
+	if (argc == 7) {
+		cold_src = aligned_alloc(4096, (size * (size_t)nfiles + 4095) / 4096 * 4096);
+		if (!cold_src)
+			die("aligned_alloc of the source");
+	}
 	for (i = 0; i < nfiles; i++) {
 		struct one *f = &files[i];
+		size_t off;
+
+		f->base = (size_t)i * size;
+		for (off = 0; cold_src && off < size; off += BS)
+			memset(cold_src + f->base + off, byte_at(off),
+			       size - off < BS ? size - off : BS);
 
 		if (!strcmp(argv[1], "memfd")) {
 			f->fd = memfd_create("page_fill", MFD_CLOEXEC);
