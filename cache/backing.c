@@ -116,14 +116,15 @@ int cache_backing_get(struct cache *c, struct cache_file *f, int *fd)
 			bk->files = e = n;
 		}
 	}
-	if (e) {
+	if (e)
 		e->pins++;
-		/* The store changed: a version still pinned beside this one is
-		 * superseded (the disk tier dropped the unpinned ones). */
-		for (o = bk->files; o; o = o->next)
-			if (o != e && strcmp(o->path, f->path) == 0)
-				o->superseded = true;
-	}
+	/* A version's first hand-out: the store changed, so a version still
+	 * pinned beside it is superseded (the disk tier dropped the unpinned
+	 * ones). Another hand-out of an old one (an open file's inode opened
+	 * again) leaves the newer one alone. */
+	for (o = bk->files; e && e == n && o; o = o->next)
+		if (o != e && strcmp(o->path, f->path) == 0)
+			o->superseded = true;
 	pthread_mutex_unlock(&bk->lock);
 	if (!e) {
 		close(*fd);
