@@ -23,6 +23,7 @@
 #include "gpu.h"
 #include "gpu_build.h" /* generated: MCFS_GPU_BUILD */
 #include "metrics.h"
+#include "signals.h"
 #include "cache.h"
 #include "cache_metadata.h"
 #include "cache_stats.h"
@@ -35,7 +36,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mount.h>
-#include <sys/syscall.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <sys/xattr.h>
@@ -328,166 +328,6 @@ static int setup(struct fs_session *s)
 	return fs_push_start(s);
 }
 
-/*
- * Stopping. libfuse's own signal handlers only mark the session exited and
- * count on the signal interrupting the loop's wait in the main thread: a stop
- * signal taken by another thread (a fetch thread, the metrics server, the CUDA
- * runtime's), or one that lands between the loop's check and its wait, leaves
- * the mount up until the next request. So mcfs blocks the stop signals in
- * every thread, takes them in one thread with sigtimedwait(), and then kicks
- * the main thread with SIGUSR1 (whose handler does nothing: the point is the
- * EINTR) until the loop has returned.
- */
-struct stopper {
-	struct fs_session *s; /* for SIGHUP's refresh, once se is set */
-	pthread_t main, tid;
-	pthread_mutex_t lock;
-	struct fuse_session *se; /* set once the loop may run; under lock */
-	atomic_bool requested;	 /* a stop signal came, or the ready check failed */
-	atomic_bool done;	 /* the loop returned: stop kicking, end the thread */
-	bool started;		 /* tid runs */
-};
-
-static void kick_handler(int sig)
-{
-	(void)sig;
-}
-
-static void stop_signal_set(sigset_t *set)
-{
-	sigemptyset(set);
-	sigaddset(set, SIGTERM);
-	sigaddset(set, SIGINT);
-	sigaddset(set, SIGHUP);
-	sigaddset(set, SIGQUIT);
-	sigaddset(set, SIGUSR2);
-}
-
-/* Ends the loop: from the stop thread, or from the ready thread when the mount does not answer. */
-static void stop_request(struct stopper *st)
-{
-	bool serving;
-
-	atomic_store(&st->requested, true);
-	pthread_mutex_lock(&st->lock);
-	serving = st->se != NULL;
-	if (serving)
-		fuse_session_exit(st->se);
-	pthread_mutex_unlock(&st->lock);
-	/* A stop (not a hand-over, whose waiting requests the next daemon gets
-	 * again): a read waiting for another node's block would hold the session
-	 * up to twice shared_wait; it goes to the store now. The cache lives
-	 * until after stopper_stop() joined this thread. */
-	if (serving && !atomic_load(&st->s->ho.upgrade))
-		cache_stop_waits(st->s->cache);
-	pthread_kill(st->tid, SIGUSR1); /* out of sigtimedwait(), to start kicking */
-}
-
-/*
- * SIGHUP: re-confirm every listing and attribute (fs_inode_refresh()), as
- * operators expect of a daemon; it never unmounts. Runs in the signal thread,
- * not in a handler; the session is whole from the moment se is set until
- * stopper_stop() has joined this thread.
- */
-static void refresh_all(struct stopper *st)
-{
-	bool serving;
-
-	pthread_mutex_lock(&st->lock);
-	serving = st->se != NULL;
-	pthread_mutex_unlock(&st->lock);
-	if (!serving) {
-		MCFS_INFO("SIGHUP during start-up: nothing to re-confirm yet");
-		return;
-	}
-	MCFS_INFO("SIGHUP: %zu paths' listings and attributes will be asked of the store again",
-		  fs_inode_refresh(st->s, ""));
-}
-
-/* A hand-over waits this many kicks (50 ms) for the requests in flight. */
-#define HANDOVER_DRAIN_KICKS 40
-
-static void *stop_thread(void *arg)
-{
-	const struct timespec kick_every = {.tv_nsec = 50 * 1000 * 1000};
-	struct stopper *st = arg;
-	unsigned handover_kicks = 0;
-	sigset_t set;
-	siginfo_t si;
-
-	pthread_setname_np(pthread_self(), "mcfs-signals");
-	stop_signal_set(&set);
-	while (!atomic_load(&st->done)) {
-		if (!atomic_load(&st->requested)) {
-			int sig = sigtimedwait(&set, &si, NULL);
-
-			if (sig == SIGHUP) {
-				refresh_all(st);
-			} else if (sig == SIGUSR2 && !atomic_load(&st->s->ho.held)) {
-				MCFS_WARN("SIGUSR2: nothing holds this mount's connection "
-					  "(supervise=false, no systemd descriptor store): "
-					  "not handing over");
-			} else if (sig == SIGUSR2) {
-				MCFS_INFO("SIGUSR2: handing the mount over to a new daemon");
-				atomic_store(&st->s->ho.upgrade, true);
-				stop_request(st);
-			} else if (sig > 0) {
-				MCFS_INFO("%s: unmounting", strsignal(sig));
-				stop_request(st);
-			}
-			continue;
-		}
-		pthread_mutex_lock(&st->lock);
-		if (st->se && !atomic_load(&st->done))
-			pthread_kill(st->main, SIGUSR1);
-		pthread_mutex_unlock(&st->lock);
-		nanosleep(&kick_every, NULL);
-		if (atomic_load(&st->s->ho.upgrade) && ++handover_kicks > HANDOVER_DRAIN_KICKS &&
-		    !atomic_load(&st->done)) {
-			/* A request still waits (a slow store): the kernel gives it to
-			 * the next daemon again (FUSE_NOTIFY_RESEND), as after a crash,
-			 * whose every step the disk tier and the state are safe for. */
-			MCFS_INFO("requests still in flight after %d ms: handing over with them",
-				  HANDOVER_DRAIN_KICKS * 50);
-			/* At once, as a crash would: not _exit(), which a sanitizer's
-			 * interceptor turns into a report of the threads left running. */
-			syscall(SYS_exit_group, FS_HANDOVER_EXIT);
-		}
-	}
-	return NULL;
-}
-
-/* Blocks the stop signals here (so in every thread started later); starts the stop thread. */
-static int stopper_start(struct stopper *st)
-{
-	struct sigaction sa = {.sa_handler = kick_handler}; /* no SA_RESTART: EINTR is the point */
-	sigset_t set;
-	int rc;
-
-	stop_signal_set(&set);
-	pthread_sigmask(SIG_BLOCK, &set, NULL);
-	sigemptyset(&sa.sa_mask);
-	sigaction(SIGUSR1, &sa, NULL);
-	st->main = pthread_self();
-	pthread_mutex_init(&st->lock, NULL);
-	rc = pthread_create(&st->tid, NULL, stop_thread, st);
-	st->started = rc == 0;
-	if (rc)
-		MCFS_ERR("cannot start the signal thread: %s", strerror(rc));
-	return -rc;
-}
-
-/* After the loop: ends the stop thread. A signal not yet taken stays pending (blocked). */
-static void stopper_stop(struct stopper *st)
-{
-	pthread_mutex_lock(&st->lock);
-	atomic_store(&st->done, true);
-	st->se = NULL;
-	pthread_mutex_unlock(&st->lock);
-	pthread_kill(st->tid, SIGUSR1);
-	pthread_join(st->tid, NULL);
-}
-
 static int serve(struct fs_session *s)
 {
 	struct fuse_loop_config *lc = fuse_loop_cfg_create();
@@ -518,7 +358,7 @@ static int serve(struct fs_session *s)
 
 struct ready_ctx {
 	struct fs_session *s;
-	struct stopper *st;
+	struct fs_stopper *st;
 	int ready_fd; /* daemon mode: the parent waits for one byte; -1 in the foreground */
 };
 
@@ -583,11 +423,11 @@ static void *ready_thread(void *arg)
 	rc = probe_mount(s->cfg.mountpoint);
 	if (rc < 0) {
 		MCFS_ERR("the new mount %s does not answer: %s", s->cfg.mountpoint, strerror(-rc));
-		stop_request(r->st);
+		fs_stop_request(r->st);
 		return NULL;
 	}
 	if (fs_conn_check(s) < 0) {
-		stop_request(r->st);
+		fs_stop_request(r->st);
 		return NULL;
 	}
 	fs_mount_set_readahead(s->cfg.mountpoint, s->cfg.read_ahead_kb);
@@ -617,7 +457,7 @@ static void *ready_thread(void *arg)
 static int run_mount(struct fs_session *s, int ready_fd)
 {
 	struct fs_metrics *metrics = NULL;
-	struct stopper st = {.s = s};
+	struct fs_stopper st = {.s = s};
 	struct ready_ctx r = {.s = s, .st = &st, .ready_fd = ready_fd};
 	pthread_t tid;
 	int rc;
@@ -627,7 +467,7 @@ static int run_mount(struct fs_session *s, int ready_fd)
 	if (ready_fd < 0)
 		mcfs_log_style(strcmp(s->cfg.log_format, "json") == 0, true);
 
-	rc = stopper_start(&st);
+	rc = fs_stopper_start(&st);
 	if (rc == 0)
 		rc = setup(s);
 	if (rc == 0)
@@ -642,14 +482,14 @@ static int run_mount(struct fs_session *s, int ready_fd)
 	}
 	if (rc < 0) {
 		if (st.started)
-			stopper_stop(&st);
+			fs_stopper_stop(&st);
 		if (s->se && fuse_session_fd(s->se) >= 0)
 			fuse_session_unmount(s->se);
 		teardown(s);
 		return 1;
 	}
 	rc = serve(s);
-	stopper_stop(&st);
+	fs_stopper_stop(&st);
 	pthread_join(tid, NULL);
 	if (atomic_load(&s->ho.upgrade))
 		MCFS_INFO("handed %s over: its holder starts the next daemon", s->cfg.mountpoint);
