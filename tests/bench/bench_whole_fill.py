@@ -12,14 +12,20 @@ timeline: bytes fetched from the store, bytes written to the disk tier, blocks o
 the writer (waiting in RAM for room in its queue), and the counts of files made whole.
 Alongside, every daemon thread's state and kernel stack top are sampled every 2 ms
 (/proc/PID/task/*/stack): the table under the timeline counts them, leaving out threads
-idle in a poll or a futex (but the disk writers). bench_page_fill.py gives the kernel's
-own fill rates for one and for several files: the limit this is read against.
+idle in a poll or a futex (but the disk writers).
+
+The limits, measured first in the same run: the network (8 curl processes of ranged 8 MiB
+GETs from the same nginx, bench_loaders.py's) and the kernel's fill of as many files of the
+same sizes side by side in the cache directory's file system, one thread each, by pwrite
+from a source in memory (bench_page_fill.py's page_fill.c, built here with cc; the better of
+two runs).
 
 Needs root and nginx; every mount and server it starts is stopped on exit.
 """
 import argparse
 import os
 import shutil
+import subprocess
 import sys
 import tempfile
 import threading
@@ -93,6 +99,25 @@ def one(m, path, shards):
     return done["t"] - t0, rows, counts
 
 
+def kernel_fill(work, size, shards):
+    """GB/s of page_fill.c filling @shards files of @size bytes in all, side by side, in
+    @work's file system (a source in memory)."""
+    cc = shutil.which("cc") or shutil.which("gcc")
+    if not cc:
+        sys.exit("bench_whole_fill: no C compiler (cc or gcc) on PATH")
+    exe = os.path.join(work, "page_fill")
+    subprocess.run([cc, "-O2", "-o", exe, os.path.join(HERE, "page_fill.c"), "-lpthread"],
+                   check=True)
+    best = 0.0
+    for _ in range(2):  # the first fill of a while runs slow on some machines (a VM: 1.7 then 9)
+        r = subprocess.run([exe, os.path.join(work, "fill"), str(size), str(shards), "pwrite",
+                            str(shards), "cold"], capture_output=True, text=True)
+        if r.returncode != 0:
+            sys.exit("bench_whole_fill: page_fill: " + r.stderr.strip())
+        best = max(best, float(r.stdout.split()[0]))
+    return best
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--size", type=parse_size, default=4 << 30)
@@ -109,10 +134,20 @@ def main():
     try:
         files, _, _, want = L.make_checkpoint(src, a.size, a.shards)
         rels = [os.path.basename(f) for f in files]
+        sizes = [os.path.getsize(f) for f in files]
         ng = Nginx(src, workdir=os.path.join(work, "nginx"), workers="auto").start()
         print("cold_whole fill: %.2f GB in %d shards, %d CPUs, kernel %s"
               % (want / 1e9, a.shards, os.cpu_count(), os.uname().release))
         with damon_paused():
+            for f in files:
+                warm(f)
+            net = L.curl_limit([ng.url + "/" + r for r in rels], sizes, work)
+            fill = kernel_fill(work, sum(sizes), a.shards)
+            print("\n| limit | GB/s |\n|---|---|")
+            print("| network: %d curl processes, ranged 8 MiB GETs from the same nginx | %.2f |"
+                  % (L.THREADS, net))
+            print("| the kernel: %d files of the shards' sizes filled side by side (pwrite, "
+                  "one thread each) | %.2f |" % (a.shards, fill))
             for opts in optsets:
                 cache, mnt = os.path.join(work, "cache"), os.path.join(work, "mnt")
                 shutil.rmtree(cache, ignore_errors=True)
