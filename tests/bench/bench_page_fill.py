@@ -59,13 +59,24 @@ int main(void)
 """
 
 
-def build(tmp):
+def compiler():
     cc = shutil.which("cc") or shutil.which("gcc")
     if not cc:
-        sys.exit("bench_page_fill: no C compiler (cc or gcc) on PATH")
+        sys.exit("%s: no C compiler (cc or gcc) on PATH" % os.path.basename(sys.argv[0]))
+    return cc
+
+
+def build_page_fill(tmp):
+    """page_fill.c built into @tmp: its path."""
     fill = os.path.join(tmp, "page_fill")
-    subprocess.run([cc, "-O2", "-o", fill, os.path.join(HERE, "page_fill.c"), "-lpthread"],
-                   check=True)
+    subprocess.run([compiler(), "-O2", "-o", fill, os.path.join(HERE, "page_fill.c"),
+                    "-lpthread"], check=True)
+    return fill
+
+
+def build(tmp):
+    cc = compiler()
+    fill = build_page_fill(tmp)
     with open(os.path.join(tmp, "memcpy.c"), "w") as f:
         f.write(MEMCPY)
     mc = os.path.join(tmp, "memcpy")

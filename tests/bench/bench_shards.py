@@ -27,6 +27,7 @@ import sys
 import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(os.path.dirname(HERE)))
@@ -42,6 +43,25 @@ from servers import Nginx, have_nginx  # noqa: E402
 
 BUFS = []
 COUNTERS = ("whole", "fuse", "passthrough", "store", "backing", "disk", "cold")
+
+
+@contextmanager
+def cold_mount(work, url, files, opts, size):
+    """A fresh daemon over @url (an empty cache_dir under @work, drop_caches, the store's
+    @files read again so that nginx serves them from its page cache) with mcfs -o @opts,
+    started up and RAM pretouched: yields (the mount, the files' paths in it)."""
+    cache, mnt = os.path.join(work, "cache"), os.path.join(work, "mnt")
+    shutil.rmtree(cache, ignore_errors=True)
+    os.makedirs(cache)
+    drop_caches()
+    for f in files:
+        warm(f)
+    o = ["cache_dir=" + cache] + [x for x in opts.split(",") if x]
+    with mcfs_mount(url, mnt, opts=o, timeout=120) as m:
+        mf = [os.path.join(mnt, os.path.basename(f)) for f in files]
+        wait_started(m, mf[0])
+        pretouch(max(3072, size // (1 << 20) + 1024))
+        yield m, mf
 
 
 def one_shard(f, buf):
@@ -93,24 +113,13 @@ def main():
             BUFS.append(L.BUF.clone() if L.torch is not None else L.BUF.copy())
         if L.torch is not None:
             L.torch.set_num_threads(1)
-        rels = [os.path.basename(f) for f in files]
         ng = Nginx(src, workdir=os.path.join(work, "nginx"), workers="auto").start()
         with damon_paused():
             for f in files:
                 warm(f)
             rows.append(("local file in page cache", one_pass(files, a.threads)))
             for opts in optsets:
-                cache, mnt = os.path.join(work, "cache"), os.path.join(work, "mnt")
-                shutil.rmtree(cache, ignore_errors=True)
-                os.makedirs(cache)
-                drop_caches()
-                for f in files:
-                    warm(f)
-                o = ["cache_dir=" + cache] + [x for x in opts.split(",") if x]
-                with mcfs_mount(ng.url, mnt, opts=o, timeout=120) as m:
-                    mf = [os.path.join(mnt, r) for r in rels]
-                    wait_started(m, mf[0])
-                    pretouch(max(3072, a.size // (1 << 20) + 1024))
+                with cold_mount(work, ng.url, files, opts, a.size) as (m, mf):
                     s0 = m.stats()
                     rows.append(("mcfs cold, %s" % (opts or "defaults"), one_pass(mf, a.threads)))
                     s1 = m.stats()

@@ -36,10 +36,11 @@ sys.path.insert(0, os.path.join(os.path.dirname(HERE)))
 sys.path.insert(0, HERE)
 
 import bench_loaders as L  # noqa: E402
-from bench_mount import drop_caches, wait_started  # noqa: E402
-from bench_remote import pretouch, warm  # noqa: E402
+from bench_page_fill import build_page_fill  # noqa: E402
+from bench_remote import warm  # noqa: E402
+from bench_shards import cold_mount  # noqa: E402
 from bench_shared import parse_size  # noqa: E402
-from conftest import MCFS, damon_paused, mcfs_mount  # noqa: E402
+from conftest import MCFS, damon_paused  # noqa: E402
 from servers import Nginx, have_nginx  # noqa: E402
 
 KEYS = ("store_bytes", "disk_written_bytes", "disk_owed", "whole_background", "whole_opens")
@@ -102,12 +103,7 @@ def one(m, path, shards):
 def kernel_fill(work, size, shards):
     """GB/s of page_fill.c filling @shards files of @size bytes in all, side by side, in
     @work's file system (a source in memory)."""
-    cc = shutil.which("cc") or shutil.which("gcc")
-    if not cc:
-        sys.exit("bench_whole_fill: no C compiler (cc or gcc) on PATH")
-    exe = os.path.join(work, "page_fill")
-    subprocess.run([cc, "-O2", "-o", exe, os.path.join(HERE, "page_fill.c"), "-lpthread"],
-                   check=True)
+    exe = build_page_fill(work)
     best = 0.0
     for _ in range(2):  # the first fill of a while runs slow on some machines (a VM: 1.7 then 9)
         r = subprocess.run([exe, os.path.join(work, "fill"), str(size), str(shards), "pwrite",
@@ -149,18 +145,8 @@ def main():
             print("| the kernel: %d files of the shards' sizes filled side by side (pwrite, "
                   "one thread each) | %.2f |" % (a.shards, fill))
             for opts in optsets:
-                cache, mnt = os.path.join(work, "cache"), os.path.join(work, "mnt")
-                shutil.rmtree(cache, ignore_errors=True)
-                os.makedirs(cache)
-                drop_caches()
-                for f in files:
-                    warm(f)
-                o = ["cache_dir=" + cache] + [x for x in opts.split(",") if x]
-                with mcfs_mount(ng.url, mnt, opts=o, timeout=120) as m:
-                    mf = os.path.join(mnt, rels[0])
-                    wait_started(m, mf)
-                    pretouch(max(3072, a.size // (1 << 20) + 1024))
-                    topen, rows, counts = one(m, mf, a.shards)
+                with cold_mount(work, ng.url, files, opts, a.size) as (m, mf):
+                    topen, rows, counts = one(m, mf[0], a.shards)
                 end = rows[-1][0]
                 print("\n## %s\n\nopen of shard 1 returned at %.3f s; every shard whole at "
                       "%.3f s (%.2f GB/s)\n" % (opts, topen, end, want / end / 1e9))
