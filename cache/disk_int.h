@@ -57,6 +57,7 @@ struct dfile {
 	bool verified;			      /* every block checked since its last change */
 	uint32_t nold;			      /* its slots written by an earlier mount */
 	uint64_t size;			      /* the version's bytes, once verified */
+	uint32_t writing;		      /* writer threads writing into it now */
 	struct dfile *hnext;
 };
 
@@ -66,6 +67,25 @@ struct djob {
 	const char *data;
 	uint32_t len;
 	void *arg;
+};
+
+/* A job in the writer's window (disk_writer.c). Guarded by disk->lock. */
+enum wjob_state {
+	WJ_FREE,    /* no job */
+	WJ_TAKEN,   /* off the queue, its victims' entries being deleted */
+	WJ_READY,   /* to be written by the first writer thread free to */
+	WJ_WRITING, /* a writer thread writes it (no lock held) */
+	WJ_WRITTEN, /* written (or failed: rc), to be published */
+};
+
+struct wjob {
+	struct djob job;
+	struct dfile *file; /* its version file (its slot holds it), or NULL */
+	uint64_t seq;	    /* order taken off the queue */
+	uint64_t csum;	    /* XXH3_64bits of the bytes, once written */
+	uint32_t slot;	    /* DNIL: not written (no slot, or queued twice) */
+	int rc;
+	uint8_t state; /* enum wjob_state */
 };
 
 /* A read ring, one per concurrent reader, pooled (rings are not thread safe). */
@@ -84,8 +104,8 @@ struct cache_disk {
 	void *ctx;
 
 	pthread_mutex_t lock;
-	pthread_cond_t work;	/* a job was queued, or stopping */
-	pthread_cond_t drained; /* the writer finished a batch */
+	pthread_cond_t work;	/* a job was queued or written, or stopping */
+	pthread_cond_t drained; /* the writer took or finished jobs */
 
 	struct dslot *slots;  /* nslots + 1 (the LRU sentinel); guarded by lock */
 	uint32_t *buckets;    /* hash heads; guarded by lock */
@@ -111,14 +131,17 @@ struct cache_disk {
 	pthread_t writer;
 	bool writer_started;
 
-	/* Step 3 of a batch (disk_writer.c) runs on the writer and nwriters - 1
-	 * helpers: each takes the batch's next job. All guarded by lock. */
+	/* The writer's window (disk_writer.c): jobs off the queue, written by
+	 * nwriters writer threads, published by the writer. All guarded by lock. */
 	unsigned nwriters;
-	void *wb_batch;		 /* the batch being written, or NULL */
-	size_t wb_next, wb_left; /* its next job to take; jobs not yet written */
-	bool wb_quit;		 /* helpers: exit */
-	pthread_cond_t wb_go;	 /* helpers: a batch to write, or quit */
-	pthread_cond_t wb_done;	 /* writer: wb_left reached 0 */
+	struct wjob *wb;      /* WB_WINDOW entries */
+	unsigned wb_busy;     /* entries not FREE */
+	unsigned wb_written;  /* entries WRITTEN */
+	uint64_t wb_seq;      /* next job's seq */
+	unsigned wb_started;  /* writer threads started ... */
+	unsigned wb_rings;    /* ... of which have a ring (the others take no job) */
+	bool wb_quit;	      /* writer threads: exit */
+	pthread_cond_t wb_go; /* writer threads: a job to write, or quit */
 };
 
 /* disk.c: index helpers, lock held. */

@@ -403,7 +403,6 @@ int cache_disk_open(const char *dir, uint64_t limit, uint64_t bs, struct cache_m
 	pthread_cond_init(&d->work, NULL);
 	pthread_cond_init(&d->drained, NULL);
 	pthread_cond_init(&d->wb_go, NULL);
-	pthread_cond_init(&d->wb_done, NULL);
 	rc = d->nslots ? 0 : -ENOSPC;
 	if (rc == 0)
 		rc = alloc_index(d, queue_max);
@@ -466,6 +465,6 @@ void cache_disk_close(struct cache_disk *d)
 	pthread_cond_destroy(&d->work);
 	pthread_cond_destroy(&d->drained);
 	pthread_cond_destroy(&d->wb_go);
-	pthread_cond_destroy(&d->wb_done);
+	free(d->wb);
 	free(d);
 }

@@ -1,34 +1,40 @@
 /*
- * disk_writer.c - write-behind: the thread that puts fetched blocks on disk,
- * and takes evicted ones off it, with helpers for the writes themselves.
+ * disk_writer.c - write-behind: the threads that put fetched blocks on disk,
+ * and take evicted ones off it.
  *
  * The fetch path queues a job (key, the RAM slot's bytes, a cookie) and goes
  * on; the caller keeps the bytes pinned until done(cookie). One thread,
- * "mcfs-diskwr", owns its own io_uring and runs batches of up to WB_BATCH
- * jobs:
+ * "mcfs-diskwr", the writer, moves jobs off the queue into a window of
+ * WB_WINDOW, and disk_writers writer threads (each with its own io_uring)
+ * write them:
  *
- *   1. under the lock, give each job a slot: a free one, else the least
- *      recently used VALID slot nobody reads or pins (its key leaves the hash
- *      now: the victim);
- *   2. commit the deletion of the victims' index entries (one transaction),
- *      then punch their bytes out of their version files, and unlink a file
- *      left with no block;
- *   3. per job: fallocate the block's range of its version file, hash the
- *      bytes (XXH3-64), write them at the block's offset (O_DIRECT, 1 MiB
- *      pieces in flight together). The jobs of a batch are written at once
- *      by the writer and disk_writers - 1 helper threads (each with its own
- *      ring): one thread hashing and copying paces a fast disk, and the
- *      page cache (disk_direct=false) more so;
- *   4. under the lock, mark the written slots VALID (readers may use them:
- *      the bytes are there and the checksum is known);
- *   5. commit their index entries, plus the use times of blocks read since
- *      the last batch, in one transaction; then call done() for each job.
+ *   1. the writer, under the lock, gives each job a slot: a free one, else
+ *      the least recently used VALID slot nobody reads or pins (its key
+ *      leaves the hash now: the victim);
+ *   2. it commits the deletion of the victims' index entries (one
+ *      transaction), then punches their bytes out of their version files,
+ *      and unlinks a file left with no block; the jobs are then READY;
+ *   3. a writer thread takes the oldest READY job whose version file fewer
+ *      than WB_PER_FILE threads write: fallocates the block's range of its
+ *      version file, hashes the bytes (XXH3-64) and writes them at the
+ *      block's offset (O_DIRECT, 1 MiB pieces in flight together). Each job
+ *      goes on by itself: no batch waits for its slowest file, so the
+ *      blocks of several files are written side by side while one file's
+ *      writes take its lock in turn (docs/benchmarks.md, "Several files
+ *      side by side");
+ *   4. the writer, under the lock, marks the written slots VALID (readers
+ *      may use them: the bytes are there and the checksum is known);
+ *   5. it commits their index entries, plus the use times of blocks read
+ *      since the last commit, in one transaction; then calls done() for
+ *      each job.
  *
- * Between batches it punches the blocks other threads dropped (a failed
+ * The writer also punches the blocks other threads dropped (a failed
  * checksum, `mcfs evict`) after their entries' deletion was committed. Only
- * this thread punches and unlinks version files, and never during step 3
- * (the only time helpers create and write them), so a file is never
- * unlinked under a block being written into it.
+ * the writer punches and unlinks version files, and only it takes jobs: a
+ * job's slot counts in its version file's references (struct dfile) from
+ * step 1 on, so a file is unlinked only when no job is written into it,
+ * and no job is taken between a file's last reference going and its
+ * unlink.
  *
  * A kill between any two steps leaves only entries whose bytes were fully
  * written before the entry was committed; the start-up sweep (disk.c)
@@ -52,18 +58,29 @@
 #include <unistd.h>
 #include <xxhash.h>
 
-#define WB_BATCH 16		       /* jobs per batch: one index commit per up to 128 MiB */
+#define WB_WINDOW 32		       /* jobs off the queue at once (taken, written, published) */
 #define WB_RING_DEPTH 64	       /* 8 MiB blocks in 1 MiB pieces: 8 in flight */
 #define SYNC_INTERVAL_NS 1000000000ull /* LMDB flush at most once a second */
+/* Writer threads writing into one version file at once. One file's buffered
+ * writes take its inode's lock in turn: a second writer there adds little
+ * (bench_page_fill.py: 2.4 GB/s from one thread, 4.1 from four), while a
+ * writer on another file adds a file's worth. */
+#define WB_PER_FILE 2
 
+/* Jobs to publish, or just taken: window indices. */
 struct batch {
-	struct djob jobs[WB_BATCH];
-	uint32_t slot[WB_BATCH]; /* DNIL: skipped */
-	int rc[WB_BATCH];
-	uint64_t csum[WB_BATCH];
-	struct cache_meta_key dels[WB_BATCH];
+	unsigned idx[WB_WINDOW];
+	struct cache_meta_key dels[WB_WINDOW];
 	size_t n, ndel;
 };
+
+/* Jobs in the window at most: no more than the queue holds, so that the
+ * blocks the writer holds in RAM (queue and window) stay within twice the
+ * queue, which tiers.c sizes to the RAM tier. */
+static unsigned wb_max(const struct cache_disk *d)
+{
+	return MCFS_MIN(WB_WINDOW, d->qmax);
+}
 
 /* Takes a slot for @k; returns DNIL if none can be had. Lock held. */
 static uint32_t take_slot(struct cache_disk *d, struct batch *b)
@@ -87,41 +104,51 @@ static uint32_t take_slot(struct cache_disk *d, struct batch *b)
 	return i;
 }
 
-/* Step 1: moves up to WB_BATCH jobs from the queue into @b, with slots. Lock held. */
+/* Step 1: moves queued jobs into free window entries (TAKEN), with slots;
+ * @b gets their indices and the victims. Lock held. */
 static void take_jobs(struct cache_disk *d, struct batch *b)
 {
+	struct wjob *w;
 	struct dslot *s;
+	unsigned e;
 	uint32_t i;
 
 	MCFS_ASSERT_HELD(&d->lock);
 	b->n = b->ndel = 0;
-	while (d->qlen && b->n < WB_BATCH) {
-		b->jobs[b->n] = d->q[d->qhead];
+	for (e = 0; e < WB_WINDOW && d->qlen && d->wb_busy < wb_max(d); e++) {
+		w = &d->wb[e];
+		if (w->state != WJ_FREE)
+			continue;
+		w->job = d->q[d->qhead];
 		d->qhead = (d->qhead + 1) % d->qmax;
 		d->qlen--;
 		d->writing++;
-		if (cache_disk_find(d, &b->jobs[b->n].key) != DNIL) {
+		d->wb_busy++;
+		if (cache_disk_find(d, &w->job.key) != DNIL) {
 			i = DNIL; /* queued twice (refetched meanwhile): written once */
 		} else {
 			i = d->full ? DNIL : take_slot(d, b);
 			if (i == DNIL)
 				d->st.write_drops++;
 		}
-		if (i != DNIL && cache_disk_file_get(d, &b->jobs[b->n].key) < 0) {
+		if (i != DNIL && cache_disk_file_get(d, &w->job.key) < 0) {
 			d->free_stack[d->nfree++] = i; /* out of memory: not written */
 			d->st.write_drops++;
 			i = DNIL;
 		}
 		if (i != DNIL) {
 			s = &d->slots[i];
-			s->key = b->jobs[b->n].key;
+			s->key = w->job.key;
 			s->state = DS_WRITING;
-			s->len = b->jobs[b->n].len;
+			s->len = w->job.len;
 			cache_disk_hash_insert(d, i);
 		}
-		b->slot[b->n] = i;
-		b->rc[b->n] = 0;
-		b->n++;
+		w->slot = i;
+		w->file = i != DNIL ? cache_disk_file(d, &w->job.key) : NULL;
+		w->seq = d->wb_seq++;
+		w->rc = 0;
+		w->state = WJ_TAKEN;
+		b->idx[b->n++] = e;
 	}
 	pthread_cond_broadcast(&d->drained); /* room in the queue (cache_disk_write) */
 }
@@ -143,12 +170,11 @@ static void went_full(struct cache_disk *d, const char *what, const char *why)
 			 d->path, what, why ? why : "no space left on the cache filesystem");
 }
 
-/* Step 3 for one job. No lock held. */
-static int write_one(struct cache_disk *d, struct io_uring *ring, struct batch *b, size_t j)
+/* Step 3 for one job: fallocate, hash, write. No lock held. */
+static int write_one(struct cache_disk *d, struct io_uring *ring, struct wjob *w)
 {
-	const struct cache_meta_key *k = &b->jobs[j].key;
-	uint64_t len =
-	    (b->jobs[j].len + CACHE_DISK_ALIGN - 1) / CACHE_DISK_ALIGN * CACHE_DISK_ALIGN;
+	const struct cache_meta_key *k = &w->job.key;
+	uint64_t len = (w->job.len + CACHE_DISK_ALIGN - 1) / CACHE_DISK_ALIGN * CACHE_DISK_ALIGN;
 	uint64_t off = cache_disk_offset(d, k);
 	char p[sizeof(d->path) + 64];
 	int rc = 0, fd;
@@ -161,8 +187,8 @@ static int write_one(struct cache_disk *d, struct io_uring *ring, struct batch *
 	if (rc == 0 && fallocate(fd, 0, (off_t)off, (off_t)len) < 0 && errno != EOPNOTSUPP)
 		rc = -errno;
 	if (rc == 0) {
-		b->csum[j] = XXH3_64bits(b->jobs[j].data, b->jobs[j].len);
-		rc = cache_disk_rw(d, ring, true, fd, off, (char *)b->jobs[j].data, b->jobs[j].len);
+		w->csum = XXH3_64bits(w->job.data, w->job.len);
+		rc = cache_disk_rw(d, ring, true, fd, off, (char *)w->job.data, w->job.len);
 	}
 	if (fd >= 0)
 		close(fd);
@@ -174,67 +200,61 @@ static int write_one(struct cache_disk *d, struct io_uring *ring, struct batch *
 	return rc;
 }
 
-/*
- * Step 3 for the jobs of @b: each thread that finds the batch (the writer,
- * and the helpers while it is posted) takes its next job. Returns when the
- * last job is written. No lock held.
- */
-static void write_batch(struct cache_disk *d, struct io_uring *ring, struct batch *b)
+/* The oldest READY job whose version file has room for one more writer
+ * thread, or NULL. Lock held. */
+static struct wjob *next_ready(struct cache_disk *d)
 {
-	size_t j;
+	struct wjob *w, *best = NULL;
+	unsigned e;
 
-	MCFS_ASSERT_NOT_HELD(&d->lock);
-	pthread_mutex_lock(&d->lock);
-	d->wb_batch = b;
-	d->wb_next = 0;
-	d->wb_left = b->n;
-	if (d->nwriters > 1)
-		pthread_cond_broadcast(&d->wb_go);
-	while (d->wb_next < b->n) {
-		j = d->wb_next++;
-		pthread_mutex_unlock(&d->lock);
-		if (b->slot[j] != DNIL)
-			b->rc[j] = write_one(d, ring, b, j);
-		pthread_mutex_lock(&d->lock);
-		d->wb_left--;
+	MCFS_ASSERT_HELD(&d->lock);
+	for (e = 0; e < WB_WINDOW; e++) {
+		w = &d->wb[e];
+		if (w->state == WJ_READY && w->file->writing < WB_PER_FILE &&
+		    (!best || w->seq < best->seq))
+			best = w;
 	}
-	/* Sleeps on d->wb_done (d->lock) until the helpers wrote the jobs they took. */
-	while (d->wb_left)
-		pthread_cond_wait(&d->wb_done, &d->lock);
-	d->wb_batch = NULL;
-	pthread_mutex_unlock(&d->lock);
+	return best;
 }
 
-/* A helper of step 3, with an io_uring of its own, until wb_quit. */
-static void *write_helper(void *arg)
+/*
+ * A writer thread, with an io_uring of its own, until wb_quit: writes the
+ * window's READY jobs, oldest first, skipping those of a version file that
+ * WB_PER_FILE threads write already, so that a queue of mostly one file
+ * does not hold up the jobs of the others behind that file's lock.
+ */
+static void *write_thread(void *arg)
 {
 	struct cache_disk *d = arg;
 	struct io_uring ring;
-	struct batch *b;
+	struct wjob *w = NULL;
 	bool ring_ok;
-	size_t j;
 	int rc;
 
 	pthread_setname_np(pthread_self(), "mcfs-diskwr");
 	ring_ok = io_uring_queue_init(WB_RING_DEPTH, &ring, 0) == 0;
 	pthread_mutex_lock(&d->lock);
+	d->wb_started++;
+	d->wb_rings += ring_ok;
+	pthread_cond_broadcast(&d->work); /* the writer waits for every thread's start */
 	for (;;) {
-		/* Sleeps on d->wb_go (d->lock) until a batch has a job to take. A
-		 * helper without a ring never takes one. */
-		while (!d->wb_quit &&
-		       (!ring_ok || !d->wb_batch || d->wb_next >= ((struct batch *)d->wb_batch)->n))
+		/* Sleeps on d->wb_go (d->lock) until a job it may write is READY,
+		 * or quitting. A thread without a ring never takes one. */
+		while (!d->wb_quit && (!ring_ok || !(w = next_ready(d))))
 			pthread_cond_wait(&d->wb_go, &d->lock);
 		if (d->wb_quit)
 			break;
-		b = d->wb_batch;
-		j = d->wb_next++;
+		w->state = WJ_WRITING;
+		w->file->writing++;
 		pthread_mutex_unlock(&d->lock);
-		rc = b->slot[j] != DNIL ? write_one(d, &ring, b, j) : 0;
+		rc = write_one(d, &ring, w);
 		pthread_mutex_lock(&d->lock);
-		if (b->slot[j] != DNIL)
-			b->rc[j] = rc;
-		if (--d->wb_left == 0)
-			pthread_cond_signal(&d->wb_done);
+		w->file->writing--;
+		w->rc = rc;
+		w->state = WJ_WRITTEN;
+		d->wb_written++;
+		pthread_cond_signal(&d->work);	   /* the writer publishes it */
+		pthread_cond_broadcast(&d->wb_go); /* its file has room for another */
 	}
 	pthread_mutex_unlock(&d->lock);
 	if (ring_ok)
@@ -302,9 +322,11 @@ static void punch_dead(struct cache_disk *d)
 	pthread_mutex_unlock(&d->lock);
 }
 
-/* Steps 4 and 5: publishes the batch, commits its entries and dirty use times. */
+/* Steps 4 and 5: publishes the WRITTEN jobs of @b (none: only the dirty use
+ * times), commits their entries and the dirty use times. No lock held. */
 static void publish(struct cache_disk *d, struct batch *b)
 {
+	struct wjob *w;
 	struct cache_meta_key *keys;
 	struct cache_meta_block *vals;
 	size_t j, n = 0, cap, fresh = 0;
@@ -317,26 +339,27 @@ static void publish(struct cache_disk *d, struct batch *b)
 	keys = malloc((cap ? cap : 1) * sizeof(*keys));
 	vals = malloc((cap ? cap : 1) * sizeof(*vals));
 	for (j = 0; j < b->n; j++) {
-		i = b->slot[j];
+		w = &d->wb[b->idx[j]];
+		i = w->slot;
 		if (i == DNIL)
 			continue;
-		if (b->rc[j] < 0 || !keys || !vals) {
-			d->st.io_errors += b->rc[j] < 0 && b->rc[j] != -ENOSPC;
+		if (w->rc < 0 || !keys || !vals) {
+			d->st.io_errors += w->rc < 0 && w->rc != -ENOSPC;
 			cache_disk_hash_remove(d, i);
 			d->slots[i].state = DS_DEAD; /* no entry: punched, then free */
 			cache_disk_punch_later(d, i);
 			continue;
 		}
 		d->slots[i].state = DS_VALID;
-		d->slots[i].csum = b->csum[j];
+		d->slots[i].csum = w->csum;
 		d->slots[i].last_use = (uint64_t)cache_meta_now();
 		d->slots[i].dirty = true;
 		d->ndirty = true;
 		cache_disk_lru_push(d, i);
 		d->st.slots_used++;
-		d->st.bytes_used += b->jobs[j].len;
+		d->st.bytes_used += w->job.len;
 		d->st.writes++;
-		d->st.written_bytes += b->jobs[j].len;
+		d->st.written_bytes += w->job.len;
 		fresh++;
 	}
 	for (i = 0; keys && vals && d->ndirty && i < d->nslots; i++) {
@@ -371,9 +394,15 @@ static void publish(struct cache_disk *d, struct batch *b)
 	free(vals);
 }
 
-/* Runs one batch (steps 2-5). No lock held. */
-static void run_batch(struct cache_disk *d, struct io_uring *ring, struct batch *b)
+/*
+ * Step 2 for the jobs just taken (@b): commits the deletion of their
+ * victims' entries, punches the victims' bytes, then hands the jobs to the
+ * writer threads (READY), or straight to publish (WRITTEN) those with no
+ * slot or whose victims could not be deleted. No lock held.
+ */
+static void start_jobs(struct cache_disk *d, struct batch *b)
 {
+	struct wjob *w;
 	char why[256];
 	size_t j;
 	int rc = 0;
@@ -392,17 +421,55 @@ static void run_batch(struct cache_disk *d, struct io_uring *ring, struct batch 
 	 * stay, entries and bytes, until the next start-up reads them.) */
 	for (j = 0; rc == 0 && j < b->ndel; j++)
 		release(d, &b->dels[j]);
-	for (j = 0; j < b->n; j++)
-		if (rc < 0 && b->slot[j] != DNIL)
-			b->rc[j] = rc;
-	if (rc == 0)
-		write_batch(d, ring, b);
+	pthread_mutex_lock(&d->lock);
+	for (j = 0; j < b->n; j++) {
+		w = &d->wb[b->idx[j]];
+		if (w->slot != DNIL && rc == 0) {
+			w->state = WJ_READY;
+			continue;
+		}
+		if (w->slot != DNIL)
+			w->rc = rc;
+		w->state = WJ_WRITTEN;
+		d->wb_written++;
+	}
+	pthread_cond_broadcast(&d->wb_go);
+	pthread_mutex_unlock(&d->lock);
+}
+
+/* Steps 4 and 5 for every WRITTEN job: publishes them, then calls done()
+ * and frees their window entries. Returns how many. No lock held. */
+static size_t finish_jobs(struct cache_disk *d, struct batch *b)
+{
+	size_t j;
+	unsigned e;
+
+	MCFS_ASSERT_NOT_HELD(&d->lock);
+	pthread_mutex_lock(&d->lock);
+	b->n = b->ndel = 0;
+	for (e = 0; e < WB_WINDOW && d->wb_written; e++)
+		if (d->wb[e].state == WJ_WRITTEN) {
+			b->idx[b->n++] = e;
+			d->wb_written--;
+		}
+	pthread_mutex_unlock(&d->lock);
+	if (!b->n)
+		return 0;
 	publish(d, b);
 	/* The caller's bytes are free only now that the written blocks read as
 	 * held (VALID): a caller that drops its RAM copy at done() never finds
 	 * a block in neither place (cache_file_complete()). */
 	for (j = 0; j < b->n; j++)
-		d->done(d->ctx, b->jobs[j].arg);
+		d->done(d->ctx, d->wb[b->idx[j]].job.arg);
+	pthread_mutex_lock(&d->lock);
+	for (j = 0; j < b->n; j++)
+		d->wb[b->idx[j]].state = WJ_FREE;
+	d->wb_busy -= (unsigned)b->n;
+	d->writing -= (unsigned)b->n;
+	d->finished += b->n;
+	pthread_cond_broadcast(&d->drained);
+	pthread_mutex_unlock(&d->lock);
+	return b->n;
 }
 
 static void deadline_in(struct timespec *ts, uint64_t ns)
@@ -419,61 +486,80 @@ static void deadline_in(struct timespec *ts, uint64_t ns)
 void *cache_disk_writer(void *arg)
 {
 	struct cache_disk *d = arg;
-	struct io_uring ring;
-	struct batch b = {0}; /* one batch at a time, on this thread's stack (about 2 KiB) */
-	pthread_t *helpers;
-	unsigned h, nhelpers;
+	struct batch *b = calloc(1, sizeof(*b));
+	pthread_t *threads;
+	unsigned h, nthreads;
 	uint64_t last_sync = mcfs_now_ns();
-	bool unsynced = false, ring_ok;
+	bool unsynced = false, did;
 	struct timespec ts;
 	char why[256];
 	int rc;
 
 	pthread_setname_np(pthread_self(), "mcfs-diskwr");
-	ring_ok = io_uring_queue_init(WB_RING_DEPTH, &ring, 0) == 0;
-	if (!ring_ok)
-		MCFS_ERR("disk tier %s: cannot set up the writer's io_uring: write-behind off",
-			 d->path);
-	helpers = calloc(d->nwriters, sizeof(*helpers));
-	for (h = 0; ring_ok && helpers && h + 1 < d->nwriters; h++)
-		if (pthread_create(&helpers[h], NULL, write_helper, d) != 0)
+	threads = calloc(d->nwriters, sizeof(*threads));
+	d->wb = calloc(WB_WINDOW, sizeof(*d->wb));
+	for (h = 0; b && threads && d->wb && h < d->nwriters; h++)
+		if (pthread_create(&threads[h], NULL, write_thread, d) != 0)
 			break;
-	nhelpers = h;
-	if (ring_ok && nhelpers + 1 < d->nwriters)
-		MCFS_WARN("disk tier %s: %u of %u writer threads started", d->path, nhelpers + 1,
-			  d->nwriters);
+	nthreads = h;
 	pthread_mutex_lock(&d->lock);
-	if (!ring_ok)
+	/* Sleeps on d->work (d->lock) until every writer thread has its ring or not. */
+	while (d->wb_started < nthreads)
+		pthread_cond_wait(&d->work, &d->lock);
+	if (!d->wb_rings) {
+		MCFS_ERR("disk tier %s: cannot start a writer thread with an io_uring: "
+			 "write-behind off",
+			 d->path);
 		d->full = true; /* cache_disk_write() then refuses every job */
+	} else if (d->wb_rings < d->nwriters) {
+		MCFS_WARN("disk tier %s: %u of %u writer threads started", d->path, d->wb_rings,
+			  d->nwriters);
+	}
 	for (;;) {
-		/* Sleeps on d->work (d->lock) until a job is queued, stopping, or a
-		 * second passed with use times to persist. */
-		while (!d->stopping && d->qlen == 0 && !d->ndirty && !unsynced && d->punch == DNIL)
-			pthread_cond_wait(&d->work, &d->lock);
+		/* Sleeps on d->work (d->lock) until a job is queued (with room in the
+		 * window) or written, blocks to punch, or stopping with no job in
+		 * flight; with use times to persist or an index to sync, until the
+		 * next sync at the latest, so that they go together about once a
+		 * second. */
+		while (!(d->qlen && d->wb_busy < wb_max(d)) && !d->wb_written && d->punch == DNIL &&
+		       !(d->stopping && !d->wb_busy)) {
+			uint64_t since = mcfs_now_ns() - last_sync;
+
+			if (!unsynced && !d->ndirty) {
+				pthread_cond_wait(&d->work, &d->lock);
+				continue;
+			}
+			if (since >= SYNC_INTERVAL_NS)
+				break;
+			deadline_in(&ts, SYNC_INTERVAL_NS - since);
+			pthread_cond_timedwait(&d->work, &d->lock, &ts);
+		}
 		if (d->punch != DNIL) {
 			pthread_mutex_unlock(&d->lock);
 			punch_dead(d);
 			pthread_mutex_lock(&d->lock);
 		}
-		if (!d->stopping && d->qlen == 0 && d->punch == DNIL) {
-			deadline_in(&ts, SYNC_INTERVAL_NS);
-			pthread_cond_timedwait(&d->work, &d->lock, &ts);
-		}
-		if (d->qlen) {
+		did = false;
+		if (d->qlen && d->wb_busy < wb_max(d)) {
 			/* Without a ring d->full is set: the jobs queued before it get
-			 * no slot, so nothing touches the ring, and done() is called. */
-			take_jobs(d, &b);
+			 * no slot, so no thread writes them, and done() is called. */
+			take_jobs(d, b);
 			pthread_mutex_unlock(&d->lock);
-			run_batch(d, ring_ok ? &ring : NULL, &b);
+			start_jobs(d, b);
+			pthread_mutex_lock(&d->lock);
+			did = true;
+		}
+		if (d->wb_written) {
+			pthread_mutex_unlock(&d->lock);
+			finish_jobs(d, b);
 			unsynced = true;
 			pthread_mutex_lock(&d->lock);
-			d->writing -= (unsigned)b.n;
-			d->finished += b.n;
-			pthread_cond_broadcast(&d->drained);
-		} else if (d->ndirty) {
-			b.n = b.ndel = 0;
+			did = true;
+		}
+		if (!did && d->ndirty) {
+			b->n = b->ndel = 0;
 			pthread_mutex_unlock(&d->lock);
-			publish(d, &b);
+			publish(d, b);
 			unsynced = true;
 			pthread_mutex_lock(&d->lock);
 		}
@@ -487,17 +573,16 @@ void *cache_disk_writer(void *arg)
 			unsynced = false;
 			pthread_mutex_lock(&d->lock);
 		}
-		if (d->stopping && d->qlen == 0 && !d->ndirty && d->punch == DNIL)
+		if (d->stopping && d->qlen == 0 && !d->wb_busy && !d->ndirty && d->punch == DNIL)
 			break;
 	}
 	d->wb_quit = true;
 	pthread_cond_broadcast(&d->wb_go);
 	pthread_mutex_unlock(&d->lock);
-	for (h = 0; h < nhelpers; h++)
-		pthread_join(helpers[h], NULL);
-	free(helpers);
-	if (ring_ok)
-		io_uring_queue_exit(&ring);
+	for (h = 0; h < nthreads; h++)
+		pthread_join(threads[h], NULL);
+	free(threads);
+	free(b);
 	return NULL;
 }
 

@@ -193,14 +193,14 @@ static uint64_t meta_map_size(const struct cache *c, uint64_t limit)
 	return need;
 }
 
-/* disk_writers, or a quarter of the CPUs, 2 to 8. */
+/* disk_writers, or half the CPUs, 2 to 8. */
 static unsigned disk_writers(const struct cfg *cfg)
 {
 	long n = sysconf(_SC_NPROCESSORS_ONLN);
 
 	if (cfg->disk_writers)
 		return cfg->disk_writers;
-	return (unsigned)MCFS_MAX(2, MCFS_MIN(8, n / 4));
+	return (unsigned)MCFS_MAX(2, MCFS_MIN(8, n / 2));
 }
 
 void cache_tiers_open(struct cache *c)

@@ -4,9 +4,10 @@
  * reads it from its own version file (passthrough) as fast as a local file;
  * with cold_whole=model the other files of its directory with its suffix (a
  * checkpoint's shards) follow in the background, in name order, so that a
- * loader opening them one after another finds each whole already. Four
+ * loader opening them one after another finds each whole already. Eight
  * files at a time: the copies into one version file's pages take turns (the
- * file's lock), so one file at a time falls behind a reader.
+ * file's lock), so one file at a time falls behind a reader, and several
+ * fill side by side (docs/benchmarks.md, "Several files side by side").
  *
  * Why: an mmap reader of a FUSE file faults one read-around window at a
  * time, and even with every page already in the FUSE page cache it ran at
@@ -22,12 +23,14 @@
  * block or writes a byte itself.
  *
  * Bounds: a file larger than half the disk tier is not fetched whole (its
- * open reads through the cache). The background takes at most half the
- * fetch threads' warm-up window each (a reader's whole fetch comes first) and
- * queues a directory at most once per WHOLE_DIRS directories, a sibling only
- * while what it queued fits in half the disk tier.
+ * open reads through the cache). The whole fetches running share the fetch
+ * threads' warm-up window, a reader's open twice a background file
+ * (share()). The background queues a directory at most once per WHOLE_DIRS
+ * directories, a sibling only while what it queued fits in half the disk
+ * tier.
  *
- * Lock: w->lock (leaf) guards the queue and the directory ring; never held
+ * Lock: w->lock (leaf) guards the queue, the directory ring and the
+ * weights; never held
  * across a call into the rest of the cache.
  */
 #define _GNU_SOURCE
@@ -44,10 +47,11 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#define WHOLE_DIRS 16	/* directories remembered as queued */
-#define WHOLE_THREADS 4 /* files fetched whole in the background at once */
-#define WHOLE_ROUNDS 3	/* passes over a file's missing blocks before giving up */
-#define WHOLE_PACE 8	/* blocks between two waits for the disk writers */
+#define WHOLE_DIRS 16	    /* directories remembered as queued */
+#define WHOLE_THREADS 8	    /* files fetched whole in the background at once */
+#define WHOLE_ROUNDS 3	    /* passes over a file's missing blocks before giving up */
+#define WHOLE_PACE 8	    /* blocks between two waits for the disk writers */
+#define WHOLE_OPEN_WEIGHT 2 /* an open's whole fetch: twice a background file's share */
 
 struct whole_job {
 	struct whole_job *next;
@@ -61,6 +65,7 @@ struct cache_whole {
 	struct whole_job *head, *tail;
 	char *dirs[WHOLE_DIRS]; /* directories queued lately (a ring) */
 	unsigned ndir;
+	unsigned weight; /* of the whole fetches running (share()) */
 	bool stopping;
 	pthread_t threads[WHOLE_THREADS];
 	unsigned started;
@@ -95,16 +100,38 @@ static bool fits(const struct cache *c, const struct cache_file *f)
 }
 
 /*
- * One pass: warm-up fetches of every block of @f the disk tier lacks, at
- * most @window in flight beyond the one awaited. Returns 0, or the first
- * fetch error (the blocks after it are not asked for).
+ * The blocks a whole fetch of @weight may have in flight beyond the one it
+ * awaits: its share of the fetch threads' warm-up window (2 x fetch
+ * threads) by weight among the whole fetches running now, at least 2. A
+ * fair share, not a fixed cap: one file alone gets the whole window (a
+ * store 100 ms away needs it), and several share it, so that no file takes
+ * more blocks than its version file's writes can take (one file's lock,
+ * disk_writer.c) while the others wait.
  */
-static int one_pass(struct cache *c, struct cache_file *f, unsigned window)
+static unsigned share(struct cache *c, unsigned weight)
+{
+	unsigned total;
+
+	pthread_mutex_lock(&c->whole->lock);
+	total = MCFS_MAX(weight, c->whole->weight);
+	pthread_mutex_unlock(&c->whole->lock);
+	return MCFS_MAX(2u, 2 * c->nthreads * weight / total);
+}
+
+/*
+ * One pass: warm-up fetches of every block of @f the disk tier lacks, at
+ * most share(@weight) in flight beyond the one awaited. Returns 0, or the
+ * first fetch error (the blocks after it are not asked for).
+ */
+static int one_pass(struct cache *c, struct cache_file *f, unsigned weight)
 {
 	uint64_t i, next = 0;
+	unsigned window = share(c, weight);
 	int rc = 0;
 
 	for (i = 0; i < f->nblocks && !stopping(c); i++) {
+		if (i % WHOLE_PACE == 0)
+			window = share(c, weight); /* fetches start and end meanwhile */
 		while (next < f->nblocks && next <= i + window) {
 			if (on_disk(c, f, next)) {
 				next++;
@@ -129,25 +156,33 @@ static int one_pass(struct cache *c, struct cache_file *f, unsigned window)
 	return 0;
 }
 
-/* Fetches @f whole into the disk tier; see cache_whole_fetch(). */
-static int fetch_whole(struct cache *c, struct cache_file *f, unsigned window)
+/* Fetches @f whole into the disk tier, with @weight in share(); see
+ * cache_whole_fetch(). */
+static int fetch_whole(struct cache *c, struct cache_file *f, unsigned weight)
 {
 	unsigned round;
 	uint64_t i;
-	int rc = 0;
+	int rc = -ENOENT;
 
+	pthread_mutex_lock(&c->whole->lock);
+	c->whole->weight += weight;
+	pthread_mutex_unlock(&c->whole->lock);
 	for (round = 0; round < WHOLE_ROUNDS && !stopping(c); round++) {
-		rc = one_pass(c, f, window);
+		rc = one_pass(c, f, weight);
 		if (rc < 0)
-			return rc;
+			break;
 		cache_tier_pay_owed(c, f);
 		cache_disk_flush(c->disk);
 		for (i = 0; i < f->nblocks && on_disk(c, f, i); i++)
 			;
-		if (i == f->nblocks)
-			return 0;
+		rc = i == f->nblocks ? 0 : -ENOENT;
+		if (rc == 0)
+			break;
 	}
-	return -ENOENT;
+	pthread_mutex_lock(&c->whole->lock);
+	c->whole->weight -= weight;
+	pthread_mutex_unlock(&c->whole->lock);
+	return rc;
 }
 
 int cache_whole_fetch(struct cache *c, struct cache_file *f)
@@ -156,7 +191,7 @@ int cache_whole_fetch(struct cache *c, struct cache_file *f)
 
 	if (!c->whole || !c->disk || !fits(c, f))
 		return -ENOENT;
-	rc = fetch_whole(c, f, 2 * c->nthreads);
+	rc = fetch_whole(c, f, WHOLE_OPEN_WEIGHT);
 	pthread_mutex_lock(&c->lock);
 	if (rc == 0)
 		c->st.whole_opens++;
@@ -271,7 +306,7 @@ static void run_job(struct cache *c, struct whole_job *j)
 		return;
 	if (cache_file_get(c, j->path, &a, &f) < 0)
 		return;
-	if (!cache_file_complete(c, f) && fits(c, f) && fetch_whole(c, f, c->nthreads) == 0) {
+	if (!cache_file_complete(c, f) && fits(c, f) && fetch_whole(c, f, 1) == 0) {
 		pthread_mutex_lock(&c->lock);
 		c->st.whole_background++;
 		pthread_mutex_unlock(&c->lock);
