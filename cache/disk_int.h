@@ -23,6 +23,7 @@
 #define DNIL UINT32_MAX	      /* "no slot" in the index links */
 #define CACHE_DISK_FILE_ID 24 /* key bytes naming a version: path and version hashes */
 #define DFILE_BUCKETS 4096
+#define WB_WINDOW 32 /* the writer's window: jobs off the queue at once (disk_writer.c) */
 
 enum dslot_state {
 	DS_FREE,    /* on the free stack; no index entry points here */

@@ -370,7 +370,8 @@ static int alloc_index(struct cache_disk *d, unsigned queue_max)
 	d->free_stack = malloc(d->nslots * sizeof(*d->free_stack));
 	d->qmax = queue_max ? queue_max : 1;
 	d->q = calloc(d->qmax, sizeof(*d->q));
-	if (!d->slots || !d->buckets || !d->free_stack || !d->q)
+	d->wb = calloc(WB_WINDOW, sizeof(*d->wb));
+	if (!d->slots || !d->buckets || !d->free_stack || !d->q || !d->wb)
 		return -ENOMEM;
 	memset(d->buckets, 0xff, d->nbuckets * sizeof(*d->buckets)); /* DNIL */
 	for (i = 0; i <= d->nslots; i++) {

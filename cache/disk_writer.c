@@ -58,7 +58,6 @@
 #include <unistd.h>
 #include <xxhash.h>
 
-#define WB_WINDOW 32		       /* jobs off the queue at once (taken, written, published) */
 #define WB_RING_DEPTH 64	       /* 8 MiB blocks in 1 MiB pieces: 8 in flight */
 #define SYNC_INTERVAL_NS 1000000000ull /* LMDB flush at most once a second */
 /* Writer threads writing into one version file at once. One file's buffered
@@ -486,7 +485,7 @@ static void deadline_in(struct timespec *ts, uint64_t ns)
 void *cache_disk_writer(void *arg)
 {
 	struct cache_disk *d = arg;
-	struct batch *b = calloc(1, sizeof(*b));
+	struct batch batch, *b = &batch; /* on this thread's stack (about 1.2 KiB) */
 	pthread_t *threads;
 	unsigned h, nthreads;
 	uint64_t last_sync = mcfs_now_ns();
@@ -497,8 +496,7 @@ void *cache_disk_writer(void *arg)
 
 	pthread_setname_np(pthread_self(), "mcfs-diskwr");
 	threads = calloc(d->nwriters, sizeof(*threads));
-	d->wb = calloc(WB_WINDOW, sizeof(*d->wb));
-	for (h = 0; b && threads && d->wb && h < d->nwriters; h++)
+	for (h = 0; threads && h < d->nwriters; h++)
 		if (pthread_create(&threads[h], NULL, write_thread, d) != 0)
 			break;
 	nthreads = h;
@@ -582,7 +580,6 @@ void *cache_disk_writer(void *arg)
 	for (h = 0; h < nthreads; h++)
 		pthread_join(threads[h], NULL);
 	free(threads);
-	free(b);
 	return NULL;
 }
 
