@@ -15,7 +15,7 @@
  *      transaction), then punches their bytes out of their version files,
  *      and unlinks a file left with no block; the jobs are then READY;
  *   3. a writer thread takes the oldest READY job whose version file fewer
- *      than WB_PER_FILE threads write: fallocates the block's range of its
+ *      than per_file() threads write: fallocates the block's range of its
  *      version file, hashes the bytes (XXH3-64) and writes them at the
  *      block's offset (O_DIRECT, 1 MiB pieces in flight together). Each job
  *      goes on by itself: no batch waits for its slowest file, so the
@@ -60,10 +60,10 @@
 
 #define WB_RING_DEPTH 64	       /* 8 MiB blocks in 1 MiB pieces: 8 in flight */
 #define SYNC_INTERVAL_NS 1000000000ull /* LMDB flush at most once a second */
-/* Writer threads writing into one version file at once. One file's buffered
- * writes take its inode's lock in turn: a second writer there adds little
- * (bench_page_fill.py: 2.4 GB/s from one thread, 4.1 from four), while a
- * writer on another file adds a file's worth. */
+/* Writer threads writing into one version file at once, buffered. One
+ * file's buffered writes take its inode's lock in turn: a second writer
+ * there adds little (bench_page_fill.py: 2.4 GB/s from one thread, 4.1 from
+ * four), while a writer on another file adds a file's worth. */
 #define WB_PER_FILE 2
 
 /* Jobs to publish, or just taken: window indices. */
@@ -79,6 +79,15 @@ struct batch {
 static unsigned wb_max(const struct cache_disk *d)
 {
 	return MCFS_MIN(WB_WINDOW, d->qmax);
+}
+
+/* Writer threads one version file may have. O_DIRECT writes do not copy
+ * into the file's pages, so they may have half the writers (a disk wants
+ * several writes in flight); still not all, so that one slow file leaves
+ * the others writers. */
+static unsigned per_file(const struct cache_disk *d)
+{
+	return d->direct ? MCFS_MAX(WB_PER_FILE, d->nwriters / 2) : WB_PER_FILE;
 }
 
 /* Takes a slot for @k; returns DNIL if none can be had. Lock held. */
@@ -209,7 +218,7 @@ static struct wjob *next_ready(struct cache_disk *d)
 	MCFS_ASSERT_HELD(&d->lock);
 	for (e = 0; e < WB_WINDOW; e++) {
 		w = &d->wb[e];
-		if (w->state == WJ_READY && w->file->writing < WB_PER_FILE &&
+		if (w->state == WJ_READY && w->file->writing < per_file(d) &&
 		    (!best || w->seq < best->seq))
 			best = w;
 	}
@@ -219,7 +228,7 @@ static struct wjob *next_ready(struct cache_disk *d)
 /*
  * A writer thread, with an io_uring of its own, until wb_quit: writes the
  * window's READY jobs, oldest first, skipping those of a version file that
- * WB_PER_FILE threads write already, so that a queue of mostly one file
+ * per_file() threads write already, so that a queue of mostly one file
  * does not hold up the jobs of the others behind that file's lock.
  */
 static void *write_thread(void *arg)

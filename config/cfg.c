@@ -225,7 +225,7 @@ static const struct key keys[] = {
      "the page cache (the kernel's dirty limits pace the writer)"},
     {"disk_writers", KEY_UINT, F(disk_writers), 0, 64, NULL,
      "0 to 64; threads that write fetched blocks to the disk tier, at most two on one "
-     "file (0 = half the CPUs, 2 to 8)"},
+     "file (half of them with disk_direct) (0 = half the CPUs, 2 to 8)"},
     {"disk_cache", KEY_STR, F(disk_cache), 0, 0, check_disk_cache,
      "a size (e.g. 100G) or a share of the cache filesystem (e.g. 50%)"},
     {"meta_map_size", KEY_SIZE, F(meta_map_size), 1 * MiB, 1024.0 * GiB, NULL,
