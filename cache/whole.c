@@ -30,8 +30,7 @@
  * tier.
  *
  * Lock: w->lock (leaf) guards the queue, the directory ring and the
- * weights; never held
- * across a call into the rest of the cache.
+ * weights; never held across a call into the rest of the cache.
  */
 #define _GNU_SOURCE
 #include "cache_int.h"
@@ -126,7 +125,7 @@ static unsigned share(struct cache *c, unsigned weight)
 static int one_pass(struct cache *c, struct cache_file *f, unsigned weight)
 {
 	uint64_t i, next = 0;
-	unsigned window = share(c, weight);
+	unsigned window = 0; /* set at block 0 */
 	int rc = 0;
 
 	for (i = 0; i < f->nblocks && !stopping(c); i++) {
