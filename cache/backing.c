@@ -168,19 +168,22 @@ void cache_backing_put(struct cache *c, struct cache_file *f)
 		(void)cache_disk_evict_path(c->disk, f->path);
 }
 
-uint64_t cache_backing_evict_path(struct cache *c, const char *path)
+unsigned cache_backing_evict_path(struct cache *c, const char *path)
 {
 	struct cache_backing *bk = c->backing;
 	struct bfile *e;
+	unsigned held = 0;
 
 	if (!bk)
 		return 0;
 	pthread_mutex_lock(&bk->lock);
 	for (e = bk->files; e; e = e->next)
-		if (strcmp(e->path, path) == 0)
+		if (strcmp(e->path, path) == 0) {
 			e->doomed = true; /* its blocks go at the last put */
+			held++;
+		}
 	pthread_mutex_unlock(&bk->lock);
-	return 0; /* the disk tier counts the bytes it drops */
+	return held;
 }
 
 void cache_backing_stats(struct cache *c, struct cache_stats *out)

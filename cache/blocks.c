@@ -780,6 +780,7 @@ void cache_evict_file(struct cache *c, struct cache_file *f, struct cache_evicte
 
 	out->ram_bytes = 0;
 	out->disk_bytes = 0;
+	out->held_open = 0;
 	pthread_mutex_lock(&c->lock);
 	for (i = 0; i < f->nblocks; i++) {
 		b = hash_find(c, f, i);
@@ -791,7 +792,7 @@ void cache_evict_file(struct cache *c, struct cache_file *f, struct cache_evicte
 	pthread_mutex_unlock(&c->lock);
 	if (c->disk) /* all versions of the path */
 		out->disk_bytes = cache_disk_evict_path(c->disk, f->path);
-	out->disk_bytes += cache_backing_evict_path(c, f->path);
+	out->held_open = cache_backing_evict_path(c, f->path);
 }
 
 uint64_t cache_ram_drop_file(struct cache *c, struct cache_file *f)

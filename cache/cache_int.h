@@ -301,9 +301,9 @@ uint64_t cache_ram_drop_file(struct cache *c, struct cache_file *f);
  * or -ENOMEM (then no passthrough). */
 MCFS_MUST_CHECK int cache_backing_open(struct cache *c);
 void cache_backing_close(struct cache *c); /* NULL backing is fine */
-/* Marks @path's pinned versions to be evicted at their last put; returns 0 (the disk
- * tier's eviction counts the bytes). */
-uint64_t cache_backing_evict_path(struct cache *c, const char *path);
+/* Marks @path's pinned versions (open through passthrough) to be evicted at their
+ * last put; returns how many there are (the disk tier kept their blocks). */
+unsigned cache_backing_evict_path(struct cache *c, const char *path);
 /* whole.c: set up with the disk tier (0, or -ENOMEM); its background thread
  * stopped before the fetch threads; freed with the disk tier. */
 MCFS_MUST_CHECK int cache_whole_open(struct cache *c);

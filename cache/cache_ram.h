@@ -139,6 +139,8 @@ MCFS_MUST_CHECK int cache_warm(struct cache *c, struct cache_file *f, uint64_t i
 struct cache_evicted {
 	uint64_t ram_bytes;
 	uint64_t disk_bytes; /* 0 without a disk tier */
+	uint64_t held_open;  /* versions open through passthrough: the disk tier keeps
+			      * their blocks until their last close, then drops them */
 };
 
 /* Drops every unreferenced cached block of @f from RAM, and every block of its

@@ -215,14 +215,20 @@ void fs_stats_prom(FILE *fp, const struct fs_stats *st)
 
 int fs_evict_text(const struct cache_evicted *ev, char *buf, size_t len)
 {
-	return snprintf(buf, len, "ram_bytes %" PRIu64 "\ndisk_bytes %" PRIu64 "\n", ev->ram_bytes,
-			ev->disk_bytes);
+	return snprintf(buf, len,
+			"ram_bytes %" PRIu64 "\ndisk_bytes %" PRIu64 "\nheld_open %" PRIu64 "\n",
+			ev->ram_bytes, ev->disk_bytes, ev->held_open);
 }
 
 int fs_evict_parse(const char *text, struct cache_evicted *out)
 {
+	int rc;
+
 	if (find(text, "ram_bytes", &out->ram_bytes) < 0 ||
 	    find(text, "disk_bytes", &out->disk_bytes) < 0)
 		return -EINVAL;
-	return 0;
+	rc = find(text, "held_open", &out->held_open);
+	if (rc == -ENOENT) /* an older daemon's answer */
+		out->held_open = 0;
+	return rc == -EINVAL ? rc : 0;
 }

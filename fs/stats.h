@@ -72,15 +72,18 @@ void fs_stats_prom(FILE *fp, const struct fs_stats *st);
 
 /* Longest answer of user.mcfs.evict, NUL not counted: what a size probe gets. */
 #define FS_EVICT_TEXT_MAX                                                                          \
-	(sizeof("ram_bytes 18446744073709551615\ndisk_bytes 18446744073709551615\n") - 1)
+	(sizeof("ram_bytes 18446744073709551615\ndisk_bytes 18446744073709551615\n"                \
+		"held_open 18446744073709551615\n") -                                              \
+	 1)
 
 /*
  * Renders what cache_evict_file() dropped as user.mcfs.evict's answer:
- * "ram_bytes N\ndisk_bytes N\n". Returns the length, as fs_stats_text().
+ * "ram_bytes N\ndisk_bytes N\nheld_open N\n". Returns the length, as fs_stats_text().
  */
 int fs_evict_text(const struct cache_evicted *ev, char *buf, size_t len);
 
-/* Parses that answer. Returns 0, or -EINVAL for anything else (an older daemon). */
+/* Parses that answer (held_open 0 when it lacks that line, as a daemon from before it
+ * did). Returns 0, or -EINVAL for anything else (a much older daemon). */
 MCFS_MUST_CHECK int fs_evict_parse(const char *text, struct cache_evicted *out);
 
 #endif

@@ -245,16 +245,20 @@ static void test_prometheus(void)
 
 static void test_evict_answer(void)
 {
-	struct cache_evicted ev = {6 << 20, 6 << 20}, back;
-	struct cache_evicted max = {UINT64_MAX, UINT64_MAX};
+	struct cache_evicted ev = {6 << 20, 6 << 20, 2}, back;
+	struct cache_evicted max = {UINT64_MAX, UINT64_MAX, UINT64_MAX};
 	char buf[FS_EVICT_TEXT_MAX + 1];
 	int n;
 
 	n = fs_evict_text(&ev, buf, sizeof(buf));
 	CHECK(n > 0 && (size_t)n < sizeof(buf));
 	CHECK(fs_evict_parse(buf, &back) == 0 && back.ram_bytes == ev.ram_bytes &&
-		  back.disk_bytes == ev.disk_bytes,
+		  back.disk_bytes == ev.disk_bytes && back.held_open == 2,
 	      "%s", buf);
+	CHECK(fs_evict_parse("ram_bytes 1\ndisk_bytes 2\n", &back) == 0 && back.held_open == 0,
+	      "a daemon from before held_open");
+	CHECK(fs_evict_parse("ram_bytes 1\ndisk_bytes 2\nheld_open x\n", &back) == -EINVAL,
+	      "held_open not a number");
 	n = fs_evict_text(&max, buf, sizeof(buf));
 	CHECK((size_t)n == FS_EVICT_TEXT_MAX, "%d", n);
 	CHECK(fs_evict_parse("12582912", &back) == -EINVAL, "an older daemon's answer");

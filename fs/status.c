@@ -224,6 +224,7 @@ static const char *admin_xattr_error(const char *cmd, int err, char *buf, size_t
 /* nftw gives no user argument: the walk's totals live here for its duration. */
 struct evict_totals {
 	unsigned long long ram, disk; /* bytes dropped from each tier */
+	unsigned long long held; /* versions open through passthrough: dropped at their close */
 	unsigned files, errors;
 };
 static struct evict_totals *walk_totals;
@@ -254,6 +255,7 @@ static int evict_one(const char *path, struct evict_totals *t)
 	}
 	t->ram += ev.ram_bytes;
 	t->disk += ev.disk_bytes;
+	t->held += ev.held_open;
 	t->files++;
 	return 0;
 }
@@ -268,7 +270,7 @@ static int walk_fn(const char *path, const struct stat *st, int type, struct FTW
 
 int fs_cmd_evict(int argc, char **argv)
 {
-	struct evict_totals t = {0, 0, 0, 0};
+	struct evict_totals t = {0, 0, 0, 0, 0};
 	struct stat st;
 	char r[32], d[32];
 	int i;
@@ -300,6 +302,10 @@ int fs_cmd_evict(int argc, char **argv)
 	printf("evicted %u file%s: %s dropped from RAM, %s from disk\n", t.files,
 	       t.files == 1 ? "" : "s", mcfs_fmt_bytes(t.ram, r, sizeof(r)),
 	       mcfs_fmt_bytes(t.disk, d, sizeof(d)));
+	if (t.held)
+		printf("%llu file version%s open through passthrough keep%s its disk blocks until "
+		       "the last close, then they are dropped\n",
+		       t.held, t.held == 1 ? "" : "s", t.held == 1 ? "s" : "");
 	return t.errors ? 1 : 0;
 }
 

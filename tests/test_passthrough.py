@@ -84,14 +84,26 @@ def test_passthrough_only_for_complete_files(tmp):
         assert read_through(m, m.p("m.bin"), data) == 0
         st = m.stats()
         assert st["passthrough_opens"] == 2 and st["backing_builds"] == 1, st
-        # random reads through passthrough
+        # random reads through passthrough; an evict while it is open keeps the
+        # version's blocks for the kernel and says so
         with open(m.p("m.bin"), "rb") as f:
             for off in (0, 1, MiB - 1, 5 * MiB + 77, SIZE - 10):
                 f.seek(off)
                 assert f.read(4097) == data[off:off + 4097], off
-        # mcfs evict drops the backing file with the blocks; the next open is cached
+            ev = os.getxattr(m.p("m.bin"), "user.mcfs.evict").decode()
+            assert "disk_bytes 0\nheld_open 1\n" in ev, ev
+            assert m.stats()["backing_files"] == 1, ev
+            r = subprocess.run([MCFS, "evict", m.p("m.bin")], capture_output=True, text=True)
+            assert r.returncode == 0 and "0 B from disk\n1 file version open through " \
+                "passthrough keeps its disk blocks until the last close" in r.stdout, r
+            f.seek(SIZE - 4097)
+            assert f.read() == data[-4097:]
+        # the kernel's RELEASE comes after close() returns: once the daemon has
+        # it, the last put drops the version's blocks; the next open is cached
+        assert wait_for(lambda: m.stats()["open_files"] == 0), m.stats()
+        assert m.stats()["backing_files"] == 0, m.stats()
         ev = os.getxattr(m.p("m.bin"), "user.mcfs.evict").decode()
-        assert m.stats()["backing_files"] == 0, ev
+        assert ev.endswith("disk_bytes 0\nheld_open 0\n"), ev
         assert read_through(m, m.p("m.bin"), data) > 0
         assert m.stats()["passthrough_opens"] == 3, m.stats()
 
