@@ -150,4 +150,9 @@ void fs_ioctl(fuse_req_t req, fuse_ino_t ino, unsigned int cmd, void *arg,
 	      struct fuse_file_info *fi, unsigned flags, const void *in_buf, size_t in_bufsz,
 	      size_t out_bufsz);
 
+/* FUSE getxattr and listxattr: counters, a file's cached bytes and version, and the
+ * admin's unlisted names that act when read (fs/xattr.c). */
+void fs_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name, size_t size);
+void fs_listxattr(fuse_req_t req, fuse_ino_t ino, size_t size);
+
 #endif
