@@ -6,8 +6,9 @@
  * Flow of a miss: the reader takes a slot (free, or the least recently used
  * unreferenced one), puts it in the hash as LOADING with two references (its
  * own and the job's), queues the job at the head of the queue and sleeps on
- * `loaded`. A fetch thread takes the job, reads the block from the store into
- * the slot without the lock, marks it READY (or ERROR) and wakes the readers.
+ * `loaded`. A fetch thread (fetch_thread.c) takes the job, reads the block from
+ * the store into the slot without the lock, marks it READY (or ERROR) and wakes
+ * the readers.
  * Anyone else who misses on the same block finds it LOADING, takes a
  * reference and sleeps too: one store read per block.
  *
@@ -33,7 +34,6 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <time.h>
 
 /* ---- lists ------------------------------------------------------------- */
@@ -44,7 +44,7 @@ static void list_init(struct slot_list *l)
 	l->n = 0;
 }
 
-static void list_del(struct slot_list *l, struct cache_block *b)
+void cache_list_del(struct slot_list *l, struct cache_block *b)
 {
 	b->prev->next = b->next;
 	b->next->prev = b->prev;
@@ -70,7 +70,7 @@ static void list_push_front(struct slot_list *l, struct cache_block *b)
 	l->n++;
 }
 
-static struct cache_block *list_first(struct slot_list *l)
+struct cache_block *cache_list_first(struct slot_list *l)
 {
 	return l->n ? l->head.next : NULL;
 }
@@ -110,7 +110,7 @@ static void hash_insert(struct cache *c, struct cache_block *b)
 	c->buckets[i] = b;
 }
 
-static void hash_remove(struct cache *c, struct cache_block *b)
+void cache_hash_remove(struct cache *c, struct cache_block *b)
 {
 	struct cache_block **pp = &c->buckets[bucket_of(c, b->file, b->index)];
 
@@ -139,7 +139,7 @@ void cache_ra_tally_put(struct cache *c, struct cache_ra_tally *t)
 }
 
 /* b was read (or is gone): it no longer counts as readahead. Lock held. */
-static void drop_prefetched(struct cache *c, struct cache_block *b)
+void cache_drop_prefetched(struct cache *c, struct cache_block *b)
 {
 	MCFS_ASSERT_HELD(&c->lock);
 	if (b->prefetched) {
@@ -160,18 +160,18 @@ static void drop_prefetched(struct cache *c, struct cache_block *b)
  */
 static struct cache_block *take_slot(struct cache *c, bool for_prefetch)
 {
-	struct cache_block *b = list_first(&c->free);
+	struct cache_block *b = cache_list_first(&c->free);
 
 	MCFS_ASSERT_HELD(&c->lock);
 	if (b) {
-		list_del(&c->free, b);
+		cache_list_del(&c->free, b);
 		return b;
 	}
-	for (b = list_first(&c->lru); b && b != &c->lru.head; b = b->next) {
+	for (b = cache_list_first(&c->lru); b && b != &c->lru.head; b = b->next) {
 		if (for_prefetch && b->prefetched)
 			continue;
-		list_del(&c->lru, b);
-		hash_remove(c, b);
+		cache_list_del(&c->lru, b);
+		cache_hash_remove(c, b);
 		cache_file_unref(c, b->file); /* the slot's */
 		b->file = NULL;
 		if (b->prefetched) {
@@ -179,7 +179,7 @@ static struct cache_block *take_slot(struct cache *c, bool for_prefetch)
 			/* tells the stream that asked for it (readahead.c) */
 			if (b->tally)
 				atomic_fetch_add(&b->tally->unused, 1);
-			drop_prefetched(c, b);
+			cache_drop_prefetched(c, b);
 		}
 		c->st.evictions++;
 		return b;
@@ -214,7 +214,7 @@ static void start_loading(struct cache *c, struct cache_block *b, struct cache_f
 	hash_insert(c, b);
 }
 
-static void enqueue(struct cache *c, struct cache_block *b, bool urgent)
+void cache_enqueue(struct cache *c, struct cache_block *b, bool urgent)
 {
 	MCFS_ASSERT_HELD(&c->lock);
 	b->queued = true;
@@ -226,7 +226,7 @@ static void enqueue(struct cache *c, struct cache_block *b, bool urgent)
 }
 
 /* Drops one reference; the last one makes the slot evictable or free. Lock held. */
-static void unref(struct cache *c, struct cache_block *b)
+void cache_unref(struct cache *c, struct cache_block *b)
 {
 	MCFS_ASSERT_HELD(&c->lock);
 	if (--b->refs > 0)
@@ -244,19 +244,17 @@ static void unref(struct cache *c, struct cache_block *b)
 
 /* ---- page bitmaps ------------------------------------------------------ */
 
-#define PAGE_SZ (1u << CACHE_PAGE_SHIFT)
-
-static bool page_held(const struct cache_block *b, uint32_t p)
+bool cache_page_held(const struct cache_block *b, uint32_t p)
 {
 	return (b->pages[p / 64] >> (p % 64)) & 1;
 }
 
 /* Marks the pages of [lo, hi) held. Lock held. */
-static void pages_set(struct cache_block *b, uint32_t lo, uint32_t hi)
+void cache_pages_set(struct cache_block *b, uint32_t lo, uint32_t hi)
 {
 	uint32_t p;
 
-	for (p = lo >> CACHE_PAGE_SHIFT; p < (hi + PAGE_SZ - 1) >> CACHE_PAGE_SHIFT; p++)
+	for (p = lo >> CACHE_PAGE_SHIFT; p < (hi + CACHE_PAGE_SZ - 1) >> CACHE_PAGE_SHIFT; p++)
 		b->pages[p / 64] |= 1ull << (p % 64);
 }
 
@@ -264,8 +262,8 @@ bool cache_block_covers(const struct cache_block *b, uint32_t lo, uint32_t hi)
 {
 	uint32_t p;
 
-	for (p = lo >> CACHE_PAGE_SHIFT; p < (hi + PAGE_SZ - 1) >> CACHE_PAGE_SHIFT; p++)
-		if (!page_held(b, p))
+	for (p = lo >> CACHE_PAGE_SHIFT; p < (hi + CACHE_PAGE_SZ - 1) >> CACHE_PAGE_SHIFT; p++)
+		if (!cache_page_held(b, p))
 			return false;
 	return true;
 }
@@ -278,210 +276,13 @@ bool cache_block_full(const struct cache_block *b)
 /* Bytes of b held: its pages, the last one cut at the block's end. */
 static uint64_t held_bytes(const struct cache_block *b)
 {
-	uint32_t p, n = (b->len + PAGE_SZ - 1) >> CACHE_PAGE_SHIFT;
+	uint32_t p, n = (b->len + CACHE_PAGE_SZ - 1) >> CACHE_PAGE_SHIFT;
 	uint64_t bytes = 0;
 
 	for (p = 0; p < n; p++)
-		if (page_held(b, p))
-			bytes += MCFS_MIN(PAGE_SZ, b->len - (p << CACHE_PAGE_SHIFT));
+		if (cache_page_held(b, p))
+			bytes += MCFS_MIN(CACHE_PAGE_SZ, b->len - (p << CACHE_PAGE_SHIFT));
 	return bytes;
-}
-
-/* ---- fetch threads ----------------------------------------------------- */
-
-static void note_latency(struct cache *c, double secs)
-{
-	static const double bounds[CACHE_LAT_BUCKETS] = CACHE_LAT_BOUNDS;
-	unsigned i = 0;
-
-	MCFS_ASSERT_HELD(&c->lock);
-	while (i + 1 < CACHE_LAT_BUCKETS && secs > bounds[i])
-		i++;
-	c->st.fetch_lat[i]++;
-	c->st.fetch_lat_sum += secs;
-}
-
-/* Reads bytes [lo, hi) of b's block from the store into the slot. No lock held. */
-static int fetch_range(struct cache *c, struct cache_block *b, uint32_t lo, uint32_t hi)
-{
-	struct cache_file *f = b->file;
-	uint64_t off = (b->index << c->bs_shift) + lo;
-	size_t want = hi - lo;
-	struct remote_obj obj = {.path = f->path, .version = f->version, .size = f->size};
-	ssize_t got;
-
-	MCFS_DEBUG("fetch %s block %llu [%u, %u)", f->path, (unsigned long long)b->index, lo, hi);
-	MCFS_ASSERT_NOT_HELD(&c->lock);
-	got = remote_read(c->remote, &obj, off, b->data + lo, want);
-	if (got >= 0 && (size_t)got != want)
-		got = -ESTALE;
-	if (got < 0) {
-		MCFS_ERR("%s: block %llu (bytes %llu-%llu): %s", f->path,
-			 (unsigned long long)b->index, (unsigned long long)off,
-			 (unsigned long long)(off + want - 1),
-			 got == -ESTALE ? "the file changed in the store since it was opened"
-					: strerror((int)-got));
-		return (int)got;
-	}
-	return 0;
-}
-
-/*
- * Runs one job: the whole block from the disk or shared tier if one holds it
- * (*from_tier), else the pages of [vlo, vhi) the block lacks from the store,
- * one request per run of missing pages. *bytes: bytes fetched from the store.
- * FETCH_PARKED: the shared tier parked the job (another node fetches the
- * block) and will hand it back (cache_block_resume). No lock held: while the
- * job runs, nobody else changes b's bitmap.
- */
-#define FETCH_PARKED 1
-static int fetch(struct cache *c, struct cache_block *b, uint64_t *bytes, bool *from_tier)
-{
-	uint32_t p, end = (b->vhi + PAGE_SZ - 1) >> CACHE_PAGE_SHIFT, run;
-	enum cache_tier_got got = CACHE_TIER_NONE;
-	uint32_t len;
-	int rc;
-
-	MCFS_ASSERT_NOT_HELD(&c->lock);
-	*bytes = 0;
-	if (!b->extending)
-		got = cache_tier_fill(c, b, &len); /* tiers.c */
-	*from_tier = got == CACHE_TIER_FILLED;
-	if (got == CACHE_TIER_PARKED)
-		return FETCH_PARKED;
-	if (*from_tier)
-		return 0;
-	for (p = b->vlo >> CACHE_PAGE_SHIFT; p < end; p = run) {
-		if (page_held(b, p)) {
-			run = p + 1;
-			continue;
-		}
-		for (run = p; run < end && !page_held(b, run); run++)
-			;
-		rc = fetch_range(c, b, p << CACHE_PAGE_SHIFT,
-				 MCFS_MIN(run << CACHE_PAGE_SHIFT, b->len));
-		if (rc < 0)
-			return rc;
-		*bytes += MCFS_MIN(run << CACHE_PAGE_SHIFT, b->len) - (p << CACHE_PAGE_SHIFT);
-	}
-	return 0;
-}
-
-/* Ends a job that grew a READY block (lock held): its pages, or its error. */
-/* Ends an extension of b: did it make b whole? */
-static bool end_extension(struct cache *c, struct cache_block *b, int rc, uint64_t bytes)
-{
-	bool was_full = cache_block_full(b);
-
-	MCFS_ASSERT_HELD(&c->lock);
-	b->extending = false;
-	if (rc != 0) {
-		c->st.fetch_errors++;
-		b->xerr = rc; /* the pages held stay good: they are of this version */
-		return false;
-	}
-	pages_set(b, b->vlo, b->vhi);
-	c->st.fetched_bytes += bytes;
-	return !was_full && cache_block_full(b);
-}
-
-void *cache_fetch_thread(void *arg)
-{
-	struct cache *c = arg;
-	struct cache_block *b;
-	unsigned long long t0;
-	uint64_t bytes;
-	bool from_tier, behind;
-	int rc;
-
-	pthread_setname_np(pthread_self(), "mcfs-fetch");
-	pthread_mutex_lock(&c->lock);
-	for (;;) {
-		/* Sleeps on c->work (c->lock) until a job is queued or the cache stops. */
-		while (!c->stopping && c->jobs.n == 0)
-			pthread_cond_wait(&c->work, &c->lock);
-		if (c->stopping)
-			break;
-		b = list_first(&c->jobs);
-		list_del(&c->jobs, b);
-		b->queued = false;
-		c->inflight++;
-		pthread_mutex_unlock(&c->lock);
-
-		t0 = mcfs_now_ns();
-		rc = fetch(c, b, &bytes, &from_tier);
-
-		pthread_mutex_lock(&c->lock);
-		if (rc == FETCH_PARKED) {
-			/* b and the job's reference are the shared tier's until it
-			 * hands them back (it may have already: b is not ours to touch) */
-			c->inflight--;
-			continue;
-		}
-		b->shared_resume = 0;
-		b->shared_wait_until = 0;
-		if (!from_tier) { /* fetches count store reads only */
-			c->st.fetches++;
-			note_latency(c, (double)(mcfs_now_ns() - t0) / 1e9);
-		}
-		behind = false;
-		if (b->extending) {
-			/* A block an extension makes whole is written behind as
-			 * one fetched whole is: else the disk tier never holds it. */
-			behind = end_extension(c, b, rc, bytes) && cache_tier_wants(c, b);
-		} else if (rc == 0) {
-			b->state = SLOT_READY;
-			pages_set(b, from_tier ? 0 : b->vlo, from_tier ? b->len : b->vhi);
-			c->st.fetched_bytes += bytes;
-			/* Write-behind of a whole block to the tiers that lack it
-			 * (b->fill says where it came from): the writers hold a
-			 * reference (the slot's bytes stay put) until cache_disk_done(). */
-			behind = cache_tier_wants(c, b);
-		} else {
-			c->st.fetch_errors++;
-			hash_remove(c, b);
-			drop_prefetched(c, b);
-			b->state = SLOT_ERROR;
-			b->err = rc;
-		}
-		if (b->warm) {
-			b->warm = false;
-			c->warm_jobs--;
-		}
-		if (b->bg_job) {
-			b->bg_job = false;
-			cache_budget_put(&c->budget, CACHE_CLAIM_PREFETCH);
-		}
-		if (behind) {
-			b->refs++;
-			(void)cache_budget_take(&c->budget, CACHE_CLAIM_BEHIND); /* never refused */
-			b->behind_pending = true;
-		}
-		pthread_cond_broadcast(&c->loaded);
-		if (behind) {
-			pthread_mutex_unlock(&c->lock);
-			cache_tier_behind(c, b); /* tiers.c; takes the extra reference */
-			pthread_mutex_lock(&c->lock);
-			/* queued to the writers, or owed: cache_block_settle() waits for this */
-			b->behind_pending = false;
-			pthread_cond_broadcast(&c->loaded);
-		}
-		unref(c, b); /* the job's reference: b stays put until here */
-		/* In flight until its write-behind is queued: "no fetch in flight and
-		 * nothing queued" then means every block is written or on its way. */
-		c->inflight--;
-	}
-	pthread_mutex_unlock(&c->lock);
-	return NULL;
-}
-
-void cache_block_resume(struct cache *c, struct cache_block *b, int resume, uint64_t wait_until)
-{
-	pthread_mutex_lock(&c->lock);
-	b->shared_resume = (unsigned char)resume;
-	b->shared_wait_until = wait_until;
-	enqueue(c, b, true);
-	pthread_mutex_unlock(&c->lock);
 }
 
 /* ---- public ------------------------------------------------------------ */
@@ -516,9 +317,9 @@ uint64_t cache_block_size(const struct cache *c)
 static void discard(struct cache *c, struct cache_block *b)
 {
 	MCFS_ASSERT_HELD(&c->lock);
-	list_del(&c->lru, b);
-	hash_remove(c, b);
-	drop_prefetched(c, b);
+	cache_list_del(&c->lru, b);
+	cache_hash_remove(c, b);
+	cache_drop_prefetched(c, b);
 	b->state = SLOT_FREE;
 	cache_file_unref(c, b->file);
 	b->file = NULL;
@@ -544,7 +345,7 @@ static int await(struct cache *c, struct cache_block *b, uint32_t lo, uint32_t h
 	if (rc < 0) {
 		/* The fetch thread logged the cause. */
 		rc = rc == -ENOMEM || rc == -ESTALE ? rc : -EIO;
-		unref(c, b);
+		cache_unref(c, b);
 		return rc;
 	}
 	return covers(b, lo, hi) ? 0 : 1;
@@ -577,23 +378,23 @@ int cache_block_get_range(struct cache *c, struct cache_file *f, uint64_t index,
 			b->vlo = lo;
 			b->vhi = hi;
 			c->st.misses++;
-			enqueue(c, b, true);
+			cache_enqueue(c, b, true);
 		} else if (b->state == SLOT_READY && covers(b, lo, hi)) {
 			if (b->refs++ == 0)
-				list_del(&c->lru, b);
+				cache_list_del(&c->lru, b);
 			c->st.hits++;
 			break;
 		} else if (b->state == SLOT_LOADING) {
 			b->refs++;
 			c->st.waits++;
 			if (b->queued) { /* queued by readahead: a reader now waits for it */
-				list_del(&c->jobs, b);
+				cache_list_del(&c->jobs, b);
 				list_push_front(&c->jobs, b);
 			}
 		} else {
 			/* READY but without some pages we need: fetch just those into it */
 			if (b->refs++ == 0)
-				list_del(&c->lru, b);
+				cache_list_del(&c->lru, b);
 			if (!b->extending) {
 				b->extending = true;
 				b->xerr = 0;
@@ -601,7 +402,7 @@ int cache_block_get_range(struct cache *c, struct cache_file *f, uint64_t index,
 				b->vhi = hi;
 				b->refs++; /* the job's */
 				c->st.misses++;
-				enqueue(c, b, true);
+				cache_enqueue(c, b, true);
 			} else {
 				c->st.waits++; /* another extension runs: see what it brings */
 			}
@@ -614,11 +415,11 @@ int cache_block_get_range(struct cache *c, struct cache_file *f, uint64_t index,
 			*out = NULL;
 			return rc;
 		}
-		unref(c, b);
+		cache_unref(c, b);
 	}
 	if (b->tally) /* readahead that got read: tells its stream (readahead.c) */
 		atomic_fetch_add(&b->tally->used, 1);
-	drop_prefetched(c, b);
+	cache_drop_prefetched(c, b);
 	pthread_mutex_unlock(&c->lock);
 	*out = b;
 	return 0;
@@ -635,7 +436,7 @@ void cache_block_put(struct cache *c, struct cache_block *b)
 {
 	MCFS_ASSERT_NOT_HELD(&c->lock);
 	pthread_mutex_lock(&c->lock);
-	unref(c, b);
+	cache_unref(c, b);
 	pthread_mutex_unlock(&c->lock);
 }
 
@@ -643,7 +444,7 @@ void cache_block_hold(struct cache *c, struct cache_block *b)
 {
 	MCFS_ASSERT_HELD(&c->lock);
 	if (b->refs++ == 0 && b->state == SLOT_READY)
-		list_del(&c->lru, b); /* held: never evicted */
+		cache_list_del(&c->lru, b); /* held: never evicted */
 }
 
 void cache_block_put_behind(struct cache *c, struct cache_block *b)
@@ -651,7 +452,7 @@ void cache_block_put_behind(struct cache *c, struct cache_block *b)
 	MCFS_ASSERT_NOT_HELD(&c->lock);
 	pthread_mutex_lock(&c->lock);
 	cache_budget_put(&c->budget, CACHE_CLAIM_BEHIND);
-	unref(c, b);
+	cache_unref(c, b);
 	pthread_mutex_unlock(&c->lock);
 }
 
@@ -718,7 +519,7 @@ static int start_background(struct cache *c, struct cache_file *f, uint64_t inde
 		}
 	}
 	c->st.prefetches++;
-	enqueue(c, b, false);
+	cache_enqueue(c, b, false);
 out:
 	pthread_mutex_unlock(&c->lock);
 	return rc;

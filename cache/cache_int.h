@@ -214,9 +214,22 @@ enum cache_fill {
  * frees it. Lock held. */
 void cache_file_unref(struct cache *c, struct cache_file *f);
 
-/* blocks.c: list helpers and the fetch thread, used by cache.c's setup. */
+/* blocks.c: the slots' lists, hash and page bitmaps, for cache.c's setup and the
+ * fetch threads. Lock held, but for the bitmaps of a block the caller's job owns. */
 void cache_lists_init(struct cache *c);
 void cache_list_push_back(struct slot_list *l, struct cache_block *b);
+void cache_list_del(struct slot_list *l, struct cache_block *b);
+struct cache_block *cache_list_first(struct slot_list *l); /* NULL when empty */
+void cache_hash_remove(struct cache *c, struct cache_block *b);
+/* b was read (or is gone): it no longer counts as readahead. */
+void cache_drop_prefetched(struct cache *c, struct cache_block *b);
+/* Queues b's fetch job: at the head (@urgent: a reader waits) or the tail. */
+void cache_enqueue(struct cache *c, struct cache_block *b, bool urgent);
+/* Drops one reference; the last one makes the slot evictable or free. */
+void cache_unref(struct cache *c, struct cache_block *b);
+bool cache_page_held(const struct cache_block *b, uint32_t p);
+void cache_pages_set(struct cache_block *b, uint32_t lo, uint32_t hi); /* [lo, hi) */
+/* fetch_thread.c: a fetch thread's loop (cache.c starts them). */
 void *cache_fetch_thread(void *arg);
 /* Takes a reference of a READY block b (off the LRU list while held). Lock held. */
 void cache_block_hold(struct cache *c, struct cache_block *b);

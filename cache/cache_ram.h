@@ -101,6 +101,7 @@ MCFS_MUST_CHECK int cache_block_get(struct cache *c, struct cache_file *f, uint6
 				    struct cache_block **out);
 /* Granule of partial blocks: a block may hold some of its 4 KiB pages. */
 #define CACHE_PAGE_SHIFT 12
+#define CACHE_PAGE_SZ (1u << CACHE_PAGE_SHIFT)
 
 /*
  * As cache_block_get(), but only bytes [lo, hi) of the block are needed: a
