@@ -62,8 +62,8 @@
 #define SYNC_INTERVAL_NS 1000000000ull /* LMDB flush at most once a second */
 /* Writer threads writing into one version file at once, buffered. One
  * file's buffered writes take its inode's lock in turn: a second writer
- * there adds little (bench_page_fill.py: 2.4 GB/s from one thread, 4.1 from
- * four), while a writer on another file adds a file's worth. */
+ * there adds little, while a writer on another file adds a file's worth
+ * (docs/benchmarks.md, "One file's page cache fills at 2.7-4.2 GB/s"). */
 #define WB_PER_FILE 2
 
 /* Jobs to publish, or just taken: window indices. */
