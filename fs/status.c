@@ -303,9 +303,10 @@ int fs_cmd_evict(int argc, char **argv)
 	       t.files == 1 ? "" : "s", mcfs_fmt_bytes(t.ram, r, sizeof(r)),
 	       mcfs_fmt_bytes(t.disk, d, sizeof(d)));
 	if (t.held)
-		printf("%llu file version%s open through passthrough keep%s its disk blocks until "
+		printf("%llu file version%s open through passthrough keep%s %s disk blocks until "
 		       "the last close, then they are dropped\n",
-		       t.held, t.held == 1 ? "" : "s", t.held == 1 ? "s" : "");
+		       t.held, t.held == 1 ? "" : "s", t.held == 1 ? "s" : "",
+		       t.held == 1 ? "its" : "their");
 	return t.errors ? 1 : 0;
 }
 
