@@ -1,5 +1,6 @@
 /*
- * fetch.c - the shared libcurl layer of the http and s3 backends.
+ * fetch.c - the shared libcurl layer of the http and s3 backends: the pool of
+ * handles, a request's options, and the retry loop around its transfers.
  *
  * Design: a request is described by a struct remote_req and run by
  * remote_fetch_do() on an easy handle popped from the pool. The handle is
@@ -8,12 +9,8 @@
  * pushed back afterwards, keeping its connection alive for the next request.
  * Handles are created on demand: the pool holds as many as were ever in use
  * at once, which the cache's fetch threads bound (cfg->connections) plus a
- * few metadata callers.
- *
- * Bodies: a ranged GET is written straight into the caller's buffer by the
- * write callback, which refuses a single byte past the asked range; anything
- * else (listings, manifests, error documents) is collected into a malloc'd
- * buffer with a cap. Nothing is staged twice.
+ * few metadata callers. One transfer's callbacks (its body, its headers, its
+ * clocks) are in fetch_xfer.c.
  *
  * Retries: one loop here, so the backends never retry. Attempt n waits
  * base * 2^n (capped) with "equal jitter" (half fixed, half random), so that
@@ -26,21 +23,18 @@
  * bounds the wait for an answer to begin, which a busy object store may take
  * seconds over. Once bytes flow, a pause of cfg->stall_timeout is a stalled
  * connection (a peer that died mid-answer, a middlebox that dropped the flow):
- * the progress callback cuts it, and the retry runs on a new connection
- * (CURLOPT_FRESH_CONNECT), since the stalled one, or its route, is suspect.
- * With the timeout alone, a stalled answer held its read for the whole
- * timeout (docs/benchmarks.md, "Stalled connections").
- *
- * The shared tier's requests (blob.c, req->heard set) run other clocks, all in
- * on_progress (fetch_int.h words them): a busy shared service answers each of
- * many requests late but keeps sending bytes on some, and that is no dead
- * flow; one that sends nothing on any of them for quiet_time is.
+ * the progress callback (fetch_xfer.c) cuts it, and the retry runs on a new
+ * connection (CURLOPT_FRESH_CONNECT), since the stalled one, or its route, is
+ * suspect. With the timeout alone, a stalled answer held its read for the
+ * whole timeout (docs/benchmarks.md, "Stalled connections"). The shared
+ * tier's requests (blob.c, req->heard set) run other clocks in place of both
+ * (fetch_int.h words them; fetch_xfer.c runs them); a transfer they cut is
+ * not tried again.
  *
  * PUT (the shared block tier, blob.c): the body is read by libcurl from the
- * caller's buffers (a RAM slot and a 32-byte trailer) without a copy, sent
- * with Content-Length, and signed with UNSIGNED-PAYLOAD: curl 7.88 does not
- * hash a body, and the block carries its own checksum, verified at every
- * read.
+ * caller's buffers (fetch_xfer.c), sent with Content-Length, and signed with
+ * UNSIGNED-PAYLOAD: curl 7.88 does not hash a body, and the block carries its
+ * own checksum, verified at every read.
  *
  * Redirects (fetch_int.h states the policy): libcurl follows them for a
  * request with req->follow, at most REMOTE_MAX_REDIRS hops, to http(s) only
@@ -60,7 +54,6 @@
 #include <curl/curl.h>
 #include <errno.h>
 #include <inttypes.h>
-#include <limits.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -68,7 +61,6 @@
 #include <strings.h>
 #include <time.h>
 
-#define ERROR_BODY_MAX 65536 /* of an error answer's body (S3 <Error>), for its words */
 #define CURL_BUF_SIZE 524288 /* libcurl's maximum receive buffer: fewer callbacks */
 #define EMPTY_SHA256 "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
 #define UNSIGNED_PAYLOAD "UNSIGNED-PAYLOAD"
@@ -80,26 +72,6 @@ struct remote_fetch {
 	pthread_mutex_t lock; /* guards idle, n_idle, cap_idle */
 	CURL **idle;	      /* handles not in use; their connections stay open */
 	size_t n_idle, cap_idle;
-};
-
-/* Per-transfer state shared by the callbacks. */
-struct xfer {
-	const struct remote_req *req;
-	struct remote_resp *resp;
-	size_t cap;	     /* bytes the body buffer may grow to */
-	size_t body_cap;     /* allocated bytes of resp->body */
-	bool overflow;	     /* the server sent more than allowed */
-	bool unranged;	     /* a 200 came back to a ranged GET */
-	uint64_t stall_ns;   /* cfg->stall_timeout in ns; 0 = off */
-	uint64_t last_rx_ns; /* when bytes last moved, either way; 0 = none yet */
-	curl_off_t ul_seen;  /* PUT: bytes sent when last seen by on_progress */
-	bool stalled;	     /* the progress callback cut a stalled answer */
-	uint64_t start_ns;   /* req->heard: when the attempt began */
-	uint64_t sent_ns;    /* PUT: when the body's last byte went out; 0 = not yet */
-	uint64_t quiet_ns;   /* req->quiet_time in ns */
-	uint64_t idle_ns;    /* req->idle_time in ns */
-	enum remote_cut cut; /* req->heard: the clock that cut it */
-	size_t put_off;	     /* PUT: bytes of the body handed to libcurl so far */
 };
 
 static pthread_once_t global_once = PTHREAD_ONCE_INIT;
@@ -222,299 +194,7 @@ static void pool_put(struct remote_fetch *f, CURL *h)
 	pthread_mutex_unlock(&f->lock);
 }
 
-/* ---- one transfer ---- */
-
-static bool body_append(struct xfer *x, const char *data, size_t n)
-{
-	struct remote_resp *resp = x->resp;
-
-	if (resp->body_len + n > x->cap)
-		return false;
-	if (resp->body_len + n + 1 > x->body_cap) {
-		size_t cap = x->body_cap ? x->body_cap : 16384;
-		char *b;
-
-		while (cap < resp->body_len + n + 1)
-			cap *= 2;
-		b = realloc(resp->body, cap);
-		if (!b)
-			return false;
-		resp->body = b;
-		x->body_cap = cap;
-	}
-	memcpy(resp->body + resp->body_len, data, n);
-	resp->body_len += n;
-	resp->body[resp->body_len] = '\0';
-	return true;
-}
-
-/* Puts bytes [at, at+n) of a ranged answer in place: buf, then tail for the last tail_len. */
-static void land(const struct remote_req *req, size_t at, const char *data, size_t n)
-{
-	size_t in_buf = req->len - req->tail_len, k;
-
-	if (at < in_buf) {
-		k = MCFS_MIN(n, in_buf - at);
-		memcpy((char *)req->buf + at, data, k);
-		at += k;
-		data += k;
-		n -= k;
-	}
-	if (n > 0)
-		memcpy((char *)req->tail + (at - in_buf), data, n);
-}
-
-/* Bytes came from the server now: this request's clock, and the service's. */
-static void heard(struct xfer *x)
-{
-	x->last_rx_ns = mcfs_now_ns();
-	if (x->req->heard)
-		atomic_store_explicit(x->req->heard, x->last_rx_ns, memory_order_relaxed);
-}
-
-static size_t on_body(char *data, size_t size, size_t nmemb, void *user)
-{
-	struct xfer *x = user;
-	struct remote_resp *resp = x->resp;
-	const struct remote_req *req = x->req;
-	size_t n = size * nmemb;
-
-	heard(x);
-	if (resp->status < 200 || resp->status >= 300 ||
-	    (req->len > 0 && resp->status != 200 && resp->status != 206)) {
-		/* an answer the request won't take: keep the start, for its words */
-		if (resp->body_len < ERROR_BODY_MAX)
-			(void)body_append(x, data, MCFS_MIN(n, ERROR_BODY_MAX - resp->body_len));
-		return n;
-	}
-	if (req->len == 0) {
-		/* an unranged body: bounded, collected */
-		if (!body_append(x, data, n)) {
-			x->overflow = true;
-			return 0;
-		}
-		return n;
-	}
-	if (resp->status == 200 &&
-	    (req->off != 0 || resp->total < 0 || (uint64_t)resp->total != req->len)) {
-		/* a whole (other?) object instead of our range: stop before a byte lands */
-		x->unranged = true;
-		return 0;
-	}
-	if (resp->got + n > req->len) {
-		x->overflow = true;
-		return 0;
-	}
-	land(req, resp->got, data, n);
-	resp->got += n;
-	return n;
-}
-
-/* PUT: hands libcurl the next bytes of put[0] then put[1]. */
-static size_t on_put_read(char *out, size_t size, size_t nmemb, void *user)
-{
-	struct xfer *x = user;
-	const struct remote_req *req = x->req;
-	size_t room = size * nmemb, n = 0, k, skip = x->put_off;
-	int i;
-
-	for (i = 0; i < 2 && n < room; i++) {
-		if (skip >= req->put_len[i]) {
-			skip -= req->put_len[i];
-			continue;
-		}
-		k = MCFS_MIN(room - n, req->put_len[i] - skip);
-		memcpy(out + n, (const char *)req->put[i] + skip, k);
-		n += k;
-		skip = 0;
-	}
-	x->put_off += n;
-	return n;
-}
-
-/* PUT: libcurl rewinds the body (a retry on a reused connection). */
-static int on_put_seek(void *user, curl_off_t offset, int origin)
-{
-	struct xfer *x = user;
-
-	if (origin != SEEK_SET || offset < 0)
-		return CURL_SEEKFUNC_CANTSEEK;
-	x->put_off = (size_t)offset;
-	return CURL_SEEKFUNC_OK;
-}
-
-static void copy_value(char *dst, size_t dstlen, const char *v, size_t n)
-{
-	while (n > 0 && (v[n - 1] == '\r' || v[n - 1] == '\n' || v[n - 1] == ' '))
-		n--;
-	while (n > 0 && (*v == ' ' || *v == '\t')) {
-		v++;
-		n--;
-	}
-	if (n >= dstlen)
-		n = dstlen - 1;
-	memcpy(dst, v, n);
-	dst[n] = '\0';
-}
-
-static bool header_is(const char *line, size_t n, const char *name, const char **val)
-{
-	size_t k = strlen(name);
-
-	if (n <= k || strncasecmp(line, name, k) != 0 || line[k] != ':')
-		return false;
-	*val = line + k + 1;
-	return true;
-}
-
-static void reset_resp(struct remote_resp *resp)
-{
-	resp->status = 0;
-	resp->etag[0] = resp->last_modified[0] = resp->location[0] = '\0';
-	resp->bucket_region[0] = '\0';
-	resp->skew_known = false;
-	resp->skew_s = 0;
-	resp->content_range[0] = '\0';
-	resp->retry_after_s = 0;
-	resp->content_type[0] = '\0';
-	resp->mtime_ns = resp->date_ns = 0;
-	resp->content_length = -1;
-	resp->total = -1;
-	resp->body_len = 0;
-	resp->got = 0;
-	if (resp->body)
-		resp->body[0] = '\0';
-}
-
-static size_t on_header(char *line, size_t size, size_t nmemb, void *user)
-{
-	struct xfer *x = user;
-	struct remote_resp *resp = x->resp;
-	size_t n = size * nmemb;
-	const char *v;
-	char tmp[128];
-
-	heard(x);
-	if (n > 5 && strncmp(line, "HTTP/", 5) == 0) {
-		const char *sp = memchr(line, ' ', n);
-
-		reset_resp(resp);
-		resp->status = sp ? strtol(sp + 1, NULL, 10) : 0;
-		return n;
-	}
-	if (header_is(line, n, "etag", &v)) {
-		copy_value(resp->etag, sizeof(resp->etag), v, n - (size_t)(v - line));
-	} else if (header_is(line, n, "last-modified", &v)) {
-		copy_value(resp->last_modified, sizeof(resp->last_modified), v,
-			   n - (size_t)(v - line));
-		time_t t = curl_getdate(resp->last_modified, NULL);
-		resp->mtime_ns = t > 0 ? (int64_t)t * 1000000000 : 0;
-	} else if (header_is(line, n, "date", &v)) {
-		copy_value(tmp, sizeof(tmp), v, n - (size_t)(v - line));
-		time_t t = curl_getdate(tmp, NULL);
-		resp->date_ns = t > 0 ? (int64_t)t * 1000000000 : 0;
-		resp->skew_known = t > 0;
-		resp->skew_s = t > 0 ? (int64_t)t - (int64_t)time(NULL) : 0;
-	} else if (header_is(line, n, "content-length", &v)) {
-		copy_value(tmp, sizeof(tmp), v, n - (size_t)(v - line));
-		resp->content_length = strtoll(tmp, NULL, 10);
-		if (resp->status == 200)
-			resp->total = resp->content_length;
-	} else if (header_is(line, n, "content-range", &v)) {
-		const char *slash;
-
-		copy_value(tmp, sizeof(tmp), v, n - (size_t)(v - line));
-		slash = strchr(tmp, '/');
-		if (slash && slash[1] != '*')
-			resp->total = strtoll(slash + 1, NULL, 10);
-		/* the start and end are checked against the request after the transfer */
-		remote_copy(resp->content_range, sizeof(resp->content_range), tmp);
-	} else if (header_is(line, n, "location", &v)) {
-		copy_value(resp->location, sizeof(resp->location), v, n - (size_t)(v - line));
-	} else if (header_is(line, n, "content-type", &v)) {
-		copy_value(resp->content_type, sizeof(resp->content_type), v,
-			   n - (size_t)(v - line));
-	} else if (header_is(line, n, "retry-after", &v)) {
-		copy_value(tmp, sizeof(tmp), v, n - (size_t)(v - line));
-		if (resp->status == 429 || resp->status == 503)
-			resp->retry_after_s = (unsigned)MCFS_MIN(strtoul(tmp, NULL, 10), UINT_MAX);
-	} else if (header_is(line, n, "x-amz-bucket-region", &v)) {
-		copy_value(resp->bucket_region, sizeof(resp->bucket_region), v,
-			   n - (size_t)(v - line));
-	}
-	return n;
-}
-
-/*
- * The shared tier's clocks (req->heard; fetch_int.h): 1 to cut the transfer,
- * with x->cut naming the clock, else 0.
- */
-static int shared_clock(struct xfer *x, uint64_t now)
-{
-	uint64_t own = x->last_rx_ns ? x->last_rx_ns : x->start_ns;
-	uint64_t svc = atomic_load_explicit(x->req->heard, memory_order_relaxed);
-	/* the body is out, its answer not begun: the service is storing it */
-	bool storing = x->sent_ns && x->resp->status < 200;
-
-	x->cut =
-	    remote_shared_cut(now, own, svc, storing && x->req->stores, x->quiet_ns, x->idle_ns);
-	if (x->cut == REMOTE_CUT_NONE)
-		return 0;
-	x->stalled = true;
-	return 1;
-}
-
-/*
- * libcurl calls this often while bytes flow and about once a second while
- * none do: the clock that finds a stalled answer. Returns non-zero to abort.
- */
-static int on_progress(void *user, curl_off_t dltotal, curl_off_t dlnow, curl_off_t ultotal,
-		       curl_off_t ulnow)
-{
-	struct xfer *x = user;
-
-	(void)dltotal;
-	(void)dlnow;
-	if (ulnow > x->ul_seen) { /* a PUT's body moving is progress too */
-		x->ul_seen = ulnow;
-		x->last_rx_ns = mcfs_now_ns();
-		if (ultotal > 0 && ulnow >= ultotal)
-			x->sent_ns = x->last_rx_ns;
-	}
-	if (x->req->heard)
-		return shared_clock(x, mcfs_now_ns());
-	if (x->stall_ns == 0 || x->last_rx_ns == 0)
-		return 0; /* off, or the answer has not begun: cfg->timeout's part */
-	if (mcfs_now_ns() - x->last_rx_ns < x->stall_ns)
-		return 0;
-	x->stalled = true;
-	return 1;
-}
-
-/* Words the shared clock that cut a transfer into @errbuf, and sets resp's flags. */
-static void shared_cut(const struct remote_req *req, struct remote_resp *resp, const struct xfer *x,
-		       char *errbuf, size_t len)
-{
-	uint64_t now = mcfs_now_ns();
-
-	switch (x->cut) {
-	case REMOTE_CUT_STORED:
-		resp->unanswered = true;
-		snprintf(errbuf, len, "no answer %.1f s after the %zu bytes of the body were sent",
-			 (double)(now - x->sent_ns) / 1e9, req->put_len[0] + req->put_len[1]);
-		break;
-	case REMOTE_CUT_QUIET:
-		resp->quiet = true;
-		snprintf(errbuf, len, "no byte from the service for %.1f s", req->quiet_time);
-		break;
-	default:
-		resp->busy = true;
-		snprintf(errbuf, len,
-			 "no byte of this request for %.1f s while the service sent "
-			 "others",
-			 req->idle_time);
-	}
-}
+/* ---- one request: its options, its attempts ---- */
 
 static struct curl_slist *add_header(struct curl_slist *l, const char *name, const char *value,
 				     bool *ok)
@@ -565,7 +245,7 @@ static int setup(struct remote_fetch *f, CURL *h, const struct remote_req *req, 
 	curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT_MS, (long)(cfg->connect_timeout * 1000));
 	/* "timeout" is a stall detector, not a cap: an 8 MiB block may take long on a
 	 * slow link, but no byte for this long means the connection is dead. The
-	 * shared tier's clocks replace it (on_progress). */
+	 * shared tier's clocks replace it (remote_xfer_on_progress). */
 	if (!req->heard) {
 		curl_easy_setopt(h, CURLOPT_LOW_SPEED_LIMIT, 1L);
 		curl_easy_setopt(h, CURLOPT_LOW_SPEED_TIME, low_time > 0 ? low_time : 1L);
@@ -575,15 +255,15 @@ static int setup(struct remote_fetch *f, CURL *h, const struct remote_req *req, 
 	if (cfg->ca_file[0])
 		curl_easy_setopt(h, CURLOPT_CAINFO, cfg->ca_file);
 	curl_easy_setopt(h, CURLOPT_USERAGENT, "mcfs/" MCFS_VERSION);
-	curl_easy_setopt(h, CURLOPT_HEADERFUNCTION, on_header);
+	curl_easy_setopt(h, CURLOPT_HEADERFUNCTION, remote_xfer_on_header);
 	curl_easy_setopt(h, CURLOPT_HEADERDATA, x);
-	curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, on_body);
+	curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, remote_xfer_on_body);
 	curl_easy_setopt(h, CURLOPT_WRITEDATA, x);
 	x->stall_ns = (uint64_t)(cfg->stall_timeout * 1e9);
 	x->quiet_ns = (uint64_t)(req->quiet_time * 1e9);
 	x->idle_ns = (uint64_t)(req->idle_time * 1e9);
 	if (x->stall_ns || req->heard) {
-		curl_easy_setopt(h, CURLOPT_XFERINFOFUNCTION, on_progress);
+		curl_easy_setopt(h, CURLOPT_XFERINFOFUNCTION, remote_xfer_on_progress);
 		curl_easy_setopt(h, CURLOPT_XFERINFODATA, x);
 		curl_easy_setopt(h, CURLOPT_NOPROGRESS, 0L);
 	}
@@ -592,9 +272,9 @@ static int setup(struct remote_fetch *f, CURL *h, const struct remote_req *req, 
 	if (strcmp(req->method, "PUT") == 0) {
 		curl_easy_setopt(h, CURLOPT_UPLOAD, 1L);
 		curl_easy_setopt(h, CURLOPT_UPLOAD_BUFFERSIZE, (long)CURL_BUF_SIZE);
-		curl_easy_setopt(h, CURLOPT_READFUNCTION, on_put_read);
+		curl_easy_setopt(h, CURLOPT_READFUNCTION, remote_xfer_on_put_read);
 		curl_easy_setopt(h, CURLOPT_READDATA, x);
-		curl_easy_setopt(h, CURLOPT_SEEKFUNCTION, on_put_seek);
+		curl_easy_setopt(h, CURLOPT_SEEKFUNCTION, remote_xfer_on_put_seek);
 		curl_easy_setopt(h, CURLOPT_SEEKDATA, x);
 		curl_easy_setopt(h, CURLOPT_INFILESIZE_LARGE,
 				 (curl_off_t)(req->put_len[0] + req->put_len[1]));
@@ -702,8 +382,9 @@ int remote_fetch_do(struct remote_fetch *f, const struct remote_req *req, struct
 		seed = (unsigned)mcfs_now_ns() ^ (unsigned)(uintptr_t)&x;
 	mcfs_url_redact(req->what ? req->what : req->url, what, sizeof(what));
 	memset(resp, 0, sizeof(*resp));
-	reset_resp(resp);
-	x.cap = req->len ? ERROR_BODY_MAX : MCFS_MAX(req->max_body, (size_t)ERROR_BODY_MAX);
+	remote_xfer_reset_resp(resp);
+	x.cap = req->len ? REMOTE_ERROR_BODY_MAX
+			 : MCFS_MAX(req->max_body, (size_t)REMOTE_ERROR_BODY_MAX);
 	h = pool_get(f);
 	if (!h)
 		return -ENOMEM;
@@ -726,7 +407,7 @@ int remote_fetch_do(struct remote_fetch *f, const struct remote_req *req, struct
 				remote_count(f->conf.requests, 1);
 		}
 		errbuf[0] = '\0';
-		reset_resp(resp);
+		remote_xfer_reset_resp(resp);
 		x.overflow = x.unranged = x.stalled = false;
 		x.last_rx_ns = x.sent_ns = 0;
 		x.start_ns = mcfs_now_ns();
@@ -735,7 +416,7 @@ int remote_fetch_do(struct remote_fetch *f, const struct remote_req *req, struct
 		x.ul_seen = 0;
 		cc = curl_easy_perform(h);
 		if (cc == CURLE_ABORTED_BY_CALLBACK && x.cut != REMOTE_CUT_NONE) {
-			shared_cut(req, resp, &x, errbuf, sizeof(errbuf));
+			remote_xfer_shared_cut(req, resp, &x, errbuf, sizeof(errbuf));
 			break; /* the shared tier makes one attempt */
 		}
 		if (cc == CURLE_ABORTED_BY_CALLBACK && x.stalled) {

@@ -45,6 +45,8 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+#include <curl/curl.h>
+
 #include "net_int.h"
 #include "remote_int.h"
 
@@ -53,6 +55,8 @@
 /* Redirect hops a followed request may take: a CDN's one or two, with room to
  * spare; a loop ends here. */
 #define REMOTE_MAX_REDIRS 5
+/* Bytes kept of an error answer's body (an S3 <Error>), for its words. */
+#define REMOTE_ERROR_BODY_MAX 65536
 
 struct remote_fetch;
 
@@ -331,5 +335,94 @@ unsigned remote_backoff_ms(unsigned attempt, unsigned *seed);
 
 /* Parses an ISO 8601 UTC time ("2023-11-22T10:00:00.000Z") into ns; -EINVAL. */
 MCFS_MUST_CHECK int remote_parse_iso8601(const char *s, int64_t *ns);
+
+/* ---- fetch_xfer.c: one transfer's libcurl callbacks ---- */
+
+/*
+ * Per-transfer state shared by the callbacks. remote_fetch_do() fills it for
+ * a request and clears the per-attempt fields before each attempt; the
+ * callbacks, set on the handle with the struct as their user pointer, keep it.
+ */
+struct xfer {
+	const struct remote_req *req;
+	struct remote_resp *resp;
+	size_t cap;	     /* bytes the body buffer may grow to */
+	size_t body_cap;     /* allocated bytes of resp->body */
+	bool overflow;	     /* the server sent more than allowed */
+	bool unranged;	     /* a 200 came back to a ranged GET */
+	uint64_t stall_ns;   /* cfg->stall_timeout in ns; 0 = off */
+	uint64_t last_rx_ns; /* when bytes last moved, either way; 0 = none yet */
+	curl_off_t ul_seen;  /* PUT: bytes sent when last seen by remote_xfer_on_progress */
+	bool stalled;	     /* the progress callback cut a stalled answer */
+	uint64_t start_ns;   /* req->heard: when the attempt began */
+	uint64_t sent_ns;    /* PUT: when the body's last byte went out; 0 = not yet */
+	uint64_t quiet_ns;   /* req->quiet_time in ns */
+	uint64_t idle_ns;    /* req->idle_time in ns */
+	enum remote_cut cut; /* req->heard: the clock that cut it */
+	size_t put_off;	     /* PUT: bytes of the body handed to libcurl so far */
+};
+
+/*
+ * The callbacks below are libcurl's, with @user a struct xfer *; libcurl calls
+ * them on the thread in curl_easy_perform(). Each stamps the transfer's clock
+ * (and req->heard, atomic) when bytes come.
+ */
+
+/*
+ * CURLOPT_WRITEFUNCTION: a ranged GET's bytes land in req->buf (and req->tail);
+ * another body is collected in resp->body up to x->cap; an answer the request
+ * won't take keeps its first REMOTE_ERROR_BODY_MAX bytes, for its words.
+ * Returns @size * @nmemb, or 0 to abort: a 200 to a ranged GET that is not
+ * exactly the asked bytes as the whole object (x->unranged), or more bytes than allowed
+ * (x->overflow).
+ */
+size_t remote_xfer_on_body(char *data, size_t size, size_t nmemb, void *user);
+
+/*
+ * CURLOPT_HEADERFUNCTION: a status line resets @resp's answer
+ * (remote_xfer_reset_resp()) and sets its status; the headers the fetch layer
+ * and the stores read (ETag, Last-Modified, Date, Content-Length, Content-Range, Location,
+ * Content-Type, Retry-After of a 429 or 503, x-amz-bucket-region) are parsed
+ * into resp. Returns @size * @nmemb.
+ */
+size_t remote_xfer_on_header(char *line, size_t size, size_t nmemb, void *user);
+
+/*
+ * CURLOPT_READFUNCTION of a PUT: copies the next bytes of req->put[0] then
+ * req->put[1] into @out from x->put_off, and advances it. Returns the bytes
+ * copied, 0 at the end of the body.
+ */
+size_t remote_xfer_on_put_read(char *out, size_t size, size_t nmemb, void *user);
+
+/*
+ * CURLOPT_SEEKFUNCTION of a PUT (libcurl rewinds the body for a retry on a
+ * reused connection): CURL_SEEKFUNC_OK, or CURL_SEEKFUNC_CANTSEEK for other
+ * than SEEK_SET to a non-negative offset.
+ */
+int remote_xfer_on_put_seek(void *user, curl_off_t offset, int origin);
+
+/*
+ * CURLOPT_XFERINFOFUNCTION: the clock that finds a stalled answer: with
+ * req->heard, the shared tier's clocks (remote_shared_cut(), naming the one
+ * in x->cut); else no byte either way for x->stall_ns once the answer began.
+ * A PUT's body going out counts as bytes moving. Returns 1 to abort (and sets
+ * x->stalled), else 0.
+ */
+int remote_xfer_on_progress(void *user, curl_off_t dltotal, curl_off_t dlnow, curl_off_t ultotal,
+			    curl_off_t ulnow);
+
+/*
+ * Clears @resp's answer for a new one (status, headers parsed, body and bytes
+ * got; resp->body's buffer is kept). Can't fail.
+ */
+void remote_xfer_reset_resp(struct remote_resp *resp);
+
+/*
+ * After a transfer the shared tier's clocks cut (x->cut set): words the clock
+ * into @errbuf (@len bytes) and sets resp's quiet, busy or unanswered. Can't
+ * fail.
+ */
+void remote_xfer_shared_cut(const struct remote_req *req, struct remote_resp *resp,
+			    const struct xfer *x, char *errbuf, size_t len);
 
 #endif
