@@ -3,11 +3,11 @@
  *
  * `mcfs mount SOURCE MOUNTPOINT [-o k=v,...] [-c FILE] [-f] [-d]`, and the
  * same without the word "mount" (the form mount.fuse3 uses for
- * `mount -t fuse.mcfs` and fstab lines). One table lists the commands: the
- * help texts, `CMD --help` and the "did you mean" for a mistyped command come
- * from it. A first word that is no command is taken as a SOURCE only if it
- * looks like one (see looks_like_source()), so a typo gets "unknown command",
- * not an error about a directory it never meant.
+ * `mount -t fuse.mcfs` and fstab lines); and the dispatch of the other
+ * commands, whose table and help texts are cli.c's. A first word that is no
+ * command is taken as a SOURCE only if it looks like one (see
+ * looks_like_source()), so a typo gets "unknown command", not an error about
+ * a directory it never meant.
  *
  * Daemon mode: the parent forks at once and waits on a pipe; the child opens
  * the store, sets up the cache, mounts, and writes one byte when the mount
@@ -42,117 +42,6 @@
 #include <unistd.h>
 
 #define EXIT_USAGE FS_EXIT_USAGE
-
-/* The commands: `mcfs help`, `mcfs CMD --help` and the "did you mean" guess read this. */
-struct command {
-	const char *name;
-	const char *args; /* the synopsis after the name */
-	const char *what; /* one line for `mcfs help` */
-	const char *more; /* what `mcfs CMD --help` adds, or NULL */
-};
-
-static const struct command commands[] = {
-    {"mount", "SOURCE MOUNTPOINT [-o key=value,...] [-c FILE] [-f] [-d]",
-     "mount a store, read-only",
-     "SOURCE: /dir, file:///dir, http(s)://host/base, s3://bucket[/prefix]\n"
-     "  -o  options, comma-separated (`mcfs help-config` lists them)\n"
-     "  -c  config file (INI: key = value, at top level or in [mcfs]); -o wins\n"
-     "  -f  stay in the foreground, log to stderr\n"
-     "  -d  FUSE debug trace (implies -f)\n"
-     "mount(8) and fstab run `mcfs SOURCE MOUNTPOINT -o ...`: the same, without \"mount\".\n"},
-    {"umount", "[-l] MOUNTPOINT", "unmount, and wait for the daemon to finish",
-     "  -l  lazy: detach now, finish when the open files close\n"},
-    {"prefetch", "[-q] PATH...", "warm files or trees into the cache", "  -q  no progress bar\n"},
-    {"status", "MOUNTPOINT", "cache tiers, hit ratios, fetches", NULL},
-    {"evict", "PATH...", "drop files (or trees) from the cache", NULL},
-    {"refresh", "PATH...", "ask the store again about trees (new files appear)",
-     "Listings and attributes under each PATH are re-confirmed with the store at\n"
-     "their next use, as SIGHUP to the daemon does for the whole mount.\n"},
-    {"manifest", "DIR > DIR/.mcfs-manifest.json", "the listing an http store serves", NULL},
-    {"log-level", "MOUNTPOINT [LEVEL]", "show or set the daemon's log level while mounted",
-     "LEVEL: error, warning, info or debug; without it, the level in force.\n"
-     "Lasts until the daemon exits; log_level sets it at mount.\n"},
-    {"help-config", "", "every option, its default and what it allows", NULL},
-    {"version", "", "the version", NULL},
-    {"help", "[COMMAND]", "this text, or one command's", NULL},
-};
-
-static const struct command *find_command(const char *name)
-{
-	size_t i;
-
-	if (strcmp(name, "unmount") == 0)
-		name = "umount";
-	for (i = 0; i < MCFS_ARRAY_SIZE(commands); i++)
-		if (strcmp(commands[i].name, name) == 0)
-			return &commands[i];
-	return NULL;
-}
-
-static void usage(FILE *fp)
-{
-	char syn[256];
-	size_t i;
-
-	fprintf(fp,
-		"mcfs %s - a model cache filesystem\n\n"
-		"usage: mcfs COMMAND ...   (`mcfs COMMAND --help` for one command)\n",
-		MCFS_VERSION);
-	for (i = 0; i < MCFS_ARRAY_SIZE(commands); i++) {
-		snprintf(syn, sizeof(syn), "mcfs %s %s", commands[i].name, commands[i].args);
-		if (strlen(syn) > 34)
-			fprintf(fp, "  %s\n  %-34s  %s\n", syn, "", commands[i].what);
-		else
-			fprintf(fp, "  %-34s  %s\n", syn, commands[i].what);
-	}
-}
-
-static int command_help(const struct command *c)
-{
-	printf("usage: mcfs %s %s\n%s\n%s", c->name, c->args, c->what, c->more ? c->more : "");
-	return 0;
-}
-
-int fs_cli_help(const char *cmd)
-{
-	const struct command *c = find_command(cmd);
-
-	return c ? command_help(c) : 0;
-}
-
-int fs_cli_usage(const char *cmd)
-{
-	const struct command *c = find_command(cmd);
-
-	if (c)
-		fprintf(stderr, "usage: mcfs %s %s   (`mcfs %s --help` for more)\n", c->name,
-			c->args, c->name);
-	return FS_EXIT_USAGE;
-}
-
-int fs_cli_bad_option(const char *cmd, int c, char **argv)
-{
-	const char *word = argv[optind - 1];
-
-	if (c == ':')
-		MCFS_ERR("%s: option '%s' needs a value", cmd, word);
-	else if (optopt)
-		MCFS_ERR("%s: unknown option '-%c'", cmd, optopt);
-	else
-		MCFS_ERR("%s: unknown option '%s'", cmd, word);
-	return fs_cli_usage(cmd);
-}
-
-/* -h or --help among a command's arguments (before any "--"). */
-static bool wants_help(int argc, char **argv)
-{
-	int i;
-
-	for (i = 1; i < argc && strcmp(argv[i], "--") != 0; i++)
-		if (strcmp(argv[i], "-h") == 0 || strcmp(argv[i], "--help") == 0)
-			return true;
-	return false;
-}
 
 /* Fills cfg from argv. Returns 0, or FS_EXIT_USAGE after printing why. */
 static int parse_mount_args(int argc, char **argv, struct cfg *cfg)
@@ -660,51 +549,23 @@ static bool looks_like_source(const char *word)
 	return strchr(word, '/') != NULL || access(word, F_OK) == 0;
 }
 
-static int unknown_command(const char *word, int argc)
-{
-	const char *names[MCFS_ARRAY_SIZE(commands) + 1], *near;
-	size_t i;
-
-	if (word[0] == '-') {
-		MCFS_ERR("unknown option '%s' (`mcfs help` lists the commands)", word);
-		return FS_EXIT_USAGE;
-	}
-	for (i = 0; i < MCFS_ARRAY_SIZE(commands); i++)
-		names[i] = commands[i].name;
-	names[i] = "unmount";
-	near = mcfs_nearest(word, names, MCFS_ARRAY_SIZE(names));
-	if (near)
-		MCFS_ERR("unknown command '%s': did you mean '%s'? (`mcfs help` lists the "
-			 "commands)",
-			 word, near);
-	else if (argc >= 3)
-		MCFS_ERR("unknown command '%s', and no file or directory of that name to mount "
-			 "(`mcfs help` lists the commands)",
-			 word);
-	else
-		MCFS_ERR("unknown command '%s' (`mcfs help` lists the commands)", word);
-	return FS_EXIT_USAGE;
-}
-
 int main(int argc, char **argv)
 {
 	const char *cmd = argc > 1 ? argv[1] : "";
-	const struct command *known;
 
 	fs_argc = argc;
 	fs_argv = argv;
 	signal(SIGPIPE, SIG_IGN);
 	if (argc < 2) {
-		usage(stderr);
+		fs_cli_print_usage(stderr);
 		return FS_EXIT_USAGE;
 	}
 	if (strcmp(cmd, "-h") == 0 || strcmp(cmd, "--help") == 0)
 		cmd = "help";
 	if (strcmp(cmd, "--version") == 0)
 		cmd = "version";
-	known = find_command(cmd);
-	if (known && strcmp(cmd, "help") != 0 && wants_help(argc - 1, argv + 1))
-		return command_help(known);
+	if (fs_cli_known(cmd) && strcmp(cmd, "help") != 0 && fs_cli_wants_help(argc - 1, argv + 1))
+		return fs_cli_help(cmd);
 	if (strcmp(cmd, "mount") == 0)
 		return cmd_mount(argc - 1, argv + 1);
 	if (strcmp(cmd, "umount") == 0 || strcmp(cmd, "unmount") == 0)
@@ -739,18 +600,18 @@ int main(int argc, char **argv)
 		return 0;
 	}
 	if (strcmp(cmd, "help") == 0) {
-		if (argc > 2 && wants_help(2, argv + 1)) {
-			usage(stdout);
+		if (argc > 2 && fs_cli_wants_help(2, argv + 1)) {
+			fs_cli_print_usage(stdout);
 			return 0;
 		}
-		if (argc > 2 && find_command(argv[2]))
-			return command_help(find_command(argv[2]));
+		if (argc > 2 && fs_cli_known(argv[2]))
+			return fs_cli_help(argv[2]);
 		if (argc > 2)
-			return unknown_command(argv[2], 0);
-		usage(stdout);
+			return fs_cli_unknown(argv[2], 0);
+		fs_cli_print_usage(stdout);
 		return 0;
 	}
 	if (argc >= 3 && looks_like_source(cmd))
 		return cmd_mount(argc, argv); /* mount.fuse3's form: mcfs SOURCE MNT -o ... */
-	return unknown_command(cmd, argc);
+	return fs_cli_unknown(cmd, argc);
 }
