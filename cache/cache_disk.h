@@ -51,7 +51,7 @@ MCFS_MUST_CHECK int cache_whole_fetch(struct cache *c, struct cache_file *f);
 /*
  * cold_whole=model: queues the other files of @f's directory whose names end
  * with @f's suffix, in name order, to be fetched whole in the background (a
- * directory at most once in a while). Lists the directory (a store request
+ * directory's files of one suffix at most once in a while). Lists the directory (a store request
  * at most). Can't fail: a file not queued is only not fetched ahead.
  */
 void cache_whole_siblings(struct cache *c, const struct cache_file *f);

@@ -25,9 +25,10 @@
  * Bounds: a file larger than half the disk tier is not fetched whole (its
  * open reads through the cache). The whole fetches running share the fetch
  * threads' warm-up window, a reader's open twice a background file
- * (share()). The background queues a directory at most once per WHOLE_DIRS
- * directories, a sibling only while what it queued fits in half the disk
- * tier.
+ * (share()). The background queues a directory's files of one suffix at
+ * most once per WHOLE_DIRS such queueings (so a server's open of config.json
+ * queues the other .json files, and its first shard's open the shards), a
+ * sibling only while what it queued fits in half the disk tier.
  *
  * Lock: w->lock (leaf) guards the queue, the directory ring and the
  * weights; never held across a call into the rest of the cache.
@@ -46,7 +47,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#define WHOLE_DIRS 16	    /* directories remembered as queued */
+#define WHOLE_DIRS 16	    /* directories (with a suffix) remembered as queued */
 #define WHOLE_THREADS 8	    /* files fetched whole in the background at once */
 #define WHOLE_ROUNDS 3	    /* passes over a file's missing blocks before giving up */
 #define WHOLE_PACE 8	    /* blocks between two waits for the disk writers */
@@ -62,7 +63,7 @@ struct cache_whole {
 	pthread_mutex_t lock;
 	pthread_cond_t work; /* a job was queued, or stopping */
 	struct whole_job *head, *tail;
-	char *dirs[WHOLE_DIRS]; /* directories queued lately (a ring) */
+	char *dirs[WHOLE_DIRS]; /* ".SUFFIX DIR" queued lately (a ring) */
 	unsigned ndir;
 	unsigned weight; /* of the whole fetches running (share()) */
 	bool stopping;
@@ -212,17 +213,18 @@ static int by_name(const void *a, const void *b)
 		      ((const struct cache_dirent *)b)->name);
 }
 
-/* True (and remembered) if @dir was not queued lately. Lock held. */
-static bool dir_is_new(struct cache_whole *w, const char *dir)
+/* True (and remembered) if @key (".SUFFIX DIR": a directory's files of one
+ * suffix) was not queued lately. Lock held. */
+static bool dir_is_new(struct cache_whole *w, const char *key)
 {
 	unsigned i;
 	char *copy;
 
 	MCFS_ASSERT_HELD(&w->lock);
 	for (i = 0; i < WHOLE_DIRS; i++)
-		if (w->dirs[i] && strcmp(w->dirs[i], dir) == 0)
+		if (w->dirs[i] && strcmp(w->dirs[i], key) == 0)
 			return false;
-	copy = strdup(dir);
+	copy = strdup(key);
 	if (!copy)
 		return false;
 	free(w->dirs[w->ndir % WHOLE_DIRS]);
@@ -255,7 +257,7 @@ void cache_whole_siblings(struct cache *c, const struct cache_file *f)
 	struct cache_disk_stats st;
 	struct cache_dirent *ents = NULL;
 	uint64_t expires, room;
-	char dir[4096], path[4096 + CACHE_NAME_MAX];
+	char dir[4096], path[4096 + CACHE_NAME_MAX], seen[sizeof(path) + 2];
 	size_t n = 0, i, dlen, slen;
 	bool fresh;
 
@@ -269,7 +271,8 @@ void cache_whole_siblings(struct cache *c, const struct cache_file *f)
 	memcpy(dir, f->path, dlen);
 	dir[dlen] = '\0';
 	pthread_mutex_lock(&c->whole->lock);
-	fresh = !c->whole->stopping && dir_is_new(c->whole, dir);
+	snprintf(seen, sizeof(seen), "%s %s", dot, dir); /* config.json first, then a shard */
+	fresh = !c->whole->stopping && dir_is_new(c->whole, seen);
 	pthread_mutex_unlock(&c->whole->lock);
 	if (!fresh || cache_list(c, dir, &ents, &n, &expires) < 0) /* "": the root */
 		return;

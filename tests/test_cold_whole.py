@@ -82,6 +82,37 @@ def test_model_fetches_the_other_shards_in_the_background(tmp):
         assert st["store_bytes"] == sum(len(d) for d in datas), st  # not notes.txt
 
 
+def test_model_shards_follow_after_the_json_files_a_server_reads_first(tmp):
+    """vLLM and SGLang read config.json, the tokenizer's files and the shard index
+    before the first shard: those opens queue the directory's other .json files, and
+    must not keep the shards' own open from queueing the other shards."""
+    need_passthrough()
+    names = ["model-%05d-of-00003.safetensors" % i for i in (1, 2, 3)]
+    src = tmp / "src" / "llm"
+    datas = [write_random(str(src / n), SIZE + i * 4096, seed=250 + i)
+             for i, n in enumerate(names)]
+    jsons = ["config.json", "model.safetensors.index.json", "tokenizer.json"]
+    jdatas = [write_random(str(src / n), 4096 + i, seed=260 + i) for i, n in enumerate(jsons)]
+    with mcfs_mount(str(tmp / "src"), str(tmp / "mnt"),
+                    opts=opts(tmp, "cold_whole=model")) as m:
+        drop_caches()
+        with open(m.p("llm/config.json"), "rb") as f:
+            assert f.read() == jdatas[0]
+        # the other two .json files, then the first shard's: 4 in the background
+        assert sha(mmap_read(m.p("llm/" + names[0]))) == sha(datas[0])
+        assert wait_for(lambda: m.stats()["whole_background"] == 4, timeout=60), \
+            "the other shards were not fetched whole after config.json: %s" % m.stats()
+        st0 = m.stats()
+        assert st0["whole_opens"] == 2, st0
+        for n, d in zip(jsons[1:] + names[1:], jdatas[1:] + datas[1:]):
+            assert sha(mmap_read(m.p("llm/" + n))) == sha(d), n
+        st = m.stats()
+        assert st["passthrough_opens"] - st0["passthrough_opens"] == 4, st
+        assert st["fuse_reads"] == st0["fuse_reads"], st
+        assert st["store_bytes"] == st0["store_bytes"], st
+        assert st["store_bytes"] == sum(map(len, datas + jdatas)), st
+
+
 def test_an_open_with_o_nonblock_does_not_wait_for_the_whole_file(tmp):
     """The mcfs clients (libmcfs, the Python package, `mcfs prefetch`) open with
     O_NONBLOCK: they read through the RAM tier's ioctls, and a part of a file
