@@ -9,8 +9,10 @@ The checkpoint is Llama-like (Llama-2's tensor names and shapes: hidden size 409
 4 GiB up, 2048 below, with as many layers as fit), random bits, written with safetensors
 in --shards shards of about equal size: bf16 with torch, fp16 without it.
 
-Rows, each loader as the servers' code runs it (vLLM's weight_utils.py, SGLang's
-weight_loader_disable_mmap), then each tensor copied into a preallocated buffer as vLLM
+Beside the shards, the checkpoint holds config.json and model.safetensors.index.json: each
+pass reads config.json first (a server's start, untimed), then, timed, the index (vLLM's
+filter_duplicate_safetensors_files) and the shards. Rows, each loader as the servers' code
+runs it (vLLM's weight_utils.py, SGLang's weight_loader_disable_mmap), then each tensor copied into a preallocated buffer as vLLM
 copies it into the parameter (one reusable buffer of the largest tensor; torch copies in
 one thread: torch.set_num_threads(1)):
   1 thread    for each shard in order: safe_open(f, "pt"), get_tensor of each name
@@ -83,6 +85,7 @@ CUDA = bool(torch is not None and torch.cuda.is_available())
 MiB = 1 << 20
 PREFETCH_BLOCK = 16 * MiB  # vLLM's DEFAULT_SAFETENSORS_PREFETCH_BLOCK_SIZE
 THREADS = 8                # vLLM's prefetch threads and multithread-load workers
+INDEX = "model.safetensors.index.json"  # the shards' index, as transformers names it
 if torch is not None:
     from safetensors.torch import load as st_load, load_file as _load_file, save_file
     FW = "pt"
@@ -140,7 +143,30 @@ def make_checkpoint(d, size, shards):
             arrays = {n: a.view(np.float16) for n, a in arrays.items()}
         paths.append(os.path.join(d, "model-%05d-of-%05d.safetensors" % (i + 1, shards)))
         save_file(arrays, paths[-1], metadata={"format": FW})
+    # what a server reads before the shards: the model's config, and the shards' index
+    with open(os.path.join(d, "config.json"), "w") as f:
+        json.dump({"architectures": ["LlamaForCausalLM"], "model_type": "llama",
+                   "hidden_size": dict(tensors)["model.embed_tokens.weight"][1],
+                   "num_hidden_layers": sum(n.endswith(".input_layernorm.weight")
+                                            for n, _ in tensors),
+                   "torch_dtype": "bfloat16" if torch is not None else "float16"}, f)
+    with open(os.path.join(d, INDEX), "w") as f:
+        json.dump({"metadata": {"total_size": total},
+                   "weight_map": {n: os.path.basename(paths[i])
+                                  for i, g in enumerate(groups) for n, _ in g}}, f)
     return paths, len(tensors), max(2 * math.prod(s) for _, s in tensors), total
+
+
+def read_config(files):
+    """The server's start, long before its loader: config.json of the shards' directory."""
+    with open(os.path.join(os.path.dirname(files[0]), "config.json"), "rb") as f:
+        return json.load(f)
+
+
+def read_index(files):
+    """vLLM's filter_duplicate_safetensors_files, right before its loader: the index."""
+    with open(os.path.join(os.path.dirname(files[0]), INDEX), "rb") as f:
+        return set(json.load(f)["weight_map"].values())
 
 
 # ---- the loaders: each takes the shard paths and returns the tensor bytes it copied ----
@@ -238,9 +264,13 @@ def rows(shards):
 
 
 def timed(fn, files, want):
-    """GB/s of one pass of `fn` over `files`, checked to copy `want` bytes."""
+    """GB/s of one pass of `fn` over `files`, checked to copy `want` bytes: config.json
+    read first (untimed), then, timed, the index and the loader, in the servers' order."""
+    read_config(files)
     t0 = time.perf_counter()
     try:
+        if read_index(files) != {os.path.basename(f) for f in files}:
+            raise RuntimeError("the index names other shards than %s" % files)
         n = fn(files)
         dt = time.perf_counter() - t0
     finally:
