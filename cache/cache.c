@@ -15,7 +15,6 @@
 #define _GNU_SOURCE
 #include "cache_int.h"
 #include "cache.h"
-#include "cache_disk.h"
 #include "cache_ram.h"
 
 #include <errno.h>
