@@ -300,14 +300,25 @@ static void open_whole(struct fs_session *s, fuse_ino_t ino)
 	cache_file_put(s->cache, f);
 }
 
-/* fs_open()'s decision of @h's mode (cached, direct_io or passthrough) and
- * its answer, @h freed on an error. */
-static void open_reply(struct fs_session *s, fuse_req_t req, fuse_ino_t ino,
-		       struct fuse_file_info *fi, struct fs_handle *h)
+static void fs_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
+	struct fs_session *s = fs_sess(req);
 	struct fs_open_mode mode = {false, false, false, 0};
+	struct fs_handle *h;
 	int rc;
 
+	if ((fi->flags & O_ACCMODE) != O_RDONLY || (fi->flags & O_TRUNC)) {
+		fuse_reply_err(req, EROFS);
+		return;
+	}
+	h = calloc(1, sizeof(*h));
+	if (!h) {
+		fuse_reply_err(req, ENOMEM);
+		return;
+	}
+	h->ino = ino;
+	if (!(fi->flags & O_NONBLOCK))
+		open_whole(s, ino);
 	rc = fs_inode_open(s, ino, &h->file, &mode);
 	if (rc == 0) {
 		rc = cache_stream_new(s->cache, h->file, &h->stream);
@@ -362,31 +373,6 @@ static void open_reply(struct fs_session *s, fuse_req_t req, fuse_ino_t ino,
 		fs_handover_release(s, h->id, false);
 		handle_free(s, NULL, h);
 	}
-}
-
-static void fs_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
-{
-	struct fs_session *s = fs_sess(req);
-	bool wait = !(fi->flags & O_NONBLOCK);
-	struct fs_handle *h;
-
-	if ((fi->flags & O_ACCMODE) != O_RDONLY || (fi->flags & O_TRUNC)) {
-		fuse_reply_err(req, EROFS);
-		return;
-	}
-	h = calloc(1, sizeof(*h));
-	if (!h) {
-		fuse_reply_err(req, ENOMEM);
-		return;
-	}
-	h->ino = ino;
-	if (wait) {
-		open_whole(s, ino);
-		fs_inode_open_begin(s, ino); /* one open of the inode at a time (inode.h) */
-	}
-	open_reply(s, req, ino, fi, h);
-	if (wait)
-		fs_inode_open_end(s, ino);
 }
 
 int fs_handle_resume(struct fs_session *s, uint64_t fh, uint64_t ino, unsigned flags,

@@ -12,12 +12,10 @@ import fcntl
 import hashlib
 import mmap
 import os
-import threading
 
 import pytest
 
 from conftest import mcfs_mount, wait_for
-from faultproxy import FaultProxy
 from servers import Nginx, have_nginx
 from gen import MiB, drop_caches, write_random
 from test_passthrough import need_passthrough
@@ -181,59 +179,3 @@ def test_http_a_listed_file_is_fetched_in_the_version_its_open_confirms(tmp):
         assert st["whole_opens"] == 1 and st["passthrough_opens"] == 2, st
         assert st["fuse_reads"] == 0, st
         assert st["store_bytes"] == sum(len(d) for d in datas), st
-
-
-def in_openat(t):
-    """True while thread @t is inside openat(2) (x86-64's 257; aarch64's 56)."""
-    try:
-        with open("/proc/self/task/%d/syscall" % t.native_id) as f:
-            return f.read().split()[0] in ("257", "56")
-    except (OSError, IndexError):
-        return False
-
-
-def test_two_opens_of_one_cold_file_at_once_both_switch_to_passthrough(tmp):
-    """vLLM's prefetch pattern opens each shard in a prefetch thread while its loop
-    opens the same shard: both opens wait for the one whole fetch, and both must then
-    read through passthrough. The kernel lets an inode switch only while no cached open
-    holds it, and the two opens used to count each other as one: neither switched, and
-    both read through FUSE."""
-    need_passthrough()
-    if not have_nginx():
-        pytest.skip("nginx is not installed")
-    data = write_random(str(tmp / "src" / "m.bin"), SIZE, seed=236)
-    release, held = threading.Event(), []
-
-    def hold(method, path, head):  # the whole fetch's GETs wait until both opens came
-        if method == "GET" and path.startswith("/m.bin") and not release.is_set():
-            held.append(path)
-            release.wait(30)
-        return None
-
-    got, ts = {}, []
-    try:
-        with Nginx(str(tmp / "src"), workdir=str(tmp / "nginx")) as ng, \
-                FaultProxy(ng.port) as px:
-            px.answer = hold
-            with mcfs_mount(px.url, str(tmp / "mnt"), opts=opts(tmp, "cold_whole=file")) as m:
-                assert os.stat(m.p("m.bin")).st_size == SIZE
-                ts = [threading.Thread(target=lambda k=k: got.__setitem__(
-                    k, sha(mmap_read(m.p("m.bin"))))) for k in (0, 1)]
-                for t in ts:
-                    t.start()
-                assert wait_for(lambda: held and all(in_openat(t) for t in ts), 10), \
-                    "the two opens did not both wait for the whole fetch: %s" % held
-                release.set()
-                for t in ts:
-                    t.join(60)
-                st = m.stats()
-                assert got == {0: sha(data), 1: sha(data)}, got
-                assert st["whole_opens"] == 2, st
-                assert st["passthrough_opens"] == 2, st
-                assert st["passthrough_fallbacks"] == 0, st
-                assert st["fuse_reads"] == 0, st
-                assert st["store_bytes"] == SIZE, st
-    finally:
-        release.set()
-        for t in ts:
-            t.join(60)
