@@ -22,7 +22,8 @@
  *  - A version handed out is pinned in the disk tier: none of its blocks is
  *    evicted (punched) while the kernel may read it. `mcfs evict` of a path
  *    with a pinned version drops it at the last put; so does a newer
- *    version's hand-out (the store changed: the old one is superseded).
+ *    version's hand-out (the store changed: the old one is superseded; the
+ *    disk tier marks it, cache_disk_unpin_file()).
  *  - A version is never written into a file named after another version, so
  *    a file never mixes versions.
  *
@@ -48,8 +49,6 @@ struct bfile {
 	char version[CACHE_VERSION_MAX]; /* the version it holds */
 	unsigned pins;			 /* hand-outs not yet put back */
 	bool doomed;			 /* evicted while pinned: dropped at the last put */
-	bool superseded;		 /* another version handed out since: its blocks go
-					  * at the last put */
 };
 
 struct cache_backing {
@@ -84,7 +83,7 @@ static void remove_entry(struct cache_backing *bk, struct bfile *e)
 int cache_backing_get(struct cache *c, struct cache_file *f, int *fd)
 {
 	struct cache_backing *bk = c->backing;
-	struct bfile *e, *n = NULL, *o;
+	struct bfile *e, *n = NULL;
 	int rc;
 
 	if (!bk || !c->disk || f->size == 0)
@@ -118,18 +117,11 @@ int cache_backing_get(struct cache *c, struct cache_file *f, int *fd)
 	}
 	if (e)
 		e->pins++;
-	/* A version's first hand-out: the store changed, so a version still
-	 * pinned beside it is superseded (the disk tier dropped the unpinned
-	 * ones). Another hand-out of an old one (an open file's inode opened
-	 * again) leaves the newer one alone. */
-	for (o = bk->files; e && e == n && o; o = o->next)
-		if (o != e && strcmp(o->path, f->path) == 0)
-			o->superseded = true;
 	pthread_mutex_unlock(&bk->lock);
 	if (!e) {
 		close(*fd);
 		*fd = -1;
-		cache_disk_unpin_file(c->disk, f->path, f->version, f->size, false);
+		cache_disk_unpin_file(c->disk, f->path, f->version, f->size);
 		return -ENOMEM;
 	}
 	/* The page cache of the version file holds the bytes (verified through
@@ -147,7 +139,7 @@ void cache_backing_put(struct cache *c, struct cache_file *f)
 {
 	struct cache_backing *bk = c->backing;
 	struct bfile *e;
-	bool drop = false, found = false, old = false;
+	bool drop = false, found = false;
 
 	if (!bk)
 		return;
@@ -157,13 +149,12 @@ void cache_backing_put(struct cache *c, struct cache_file *f)
 		found = true;
 		if (--e->pins == 0) {
 			drop = e->doomed;
-			old = e->superseded;
 			remove_entry(bk, e);
 		}
 	}
 	pthread_mutex_unlock(&bk->lock);
 	if (found)
-		cache_disk_unpin_file(c->disk, f->path, f->version, f->size, old);
+		cache_disk_unpin_file(c->disk, f->path, f->version, f->size);
 	if (drop)
 		(void)cache_disk_evict_path(c->disk, f->path);
 }

@@ -146,7 +146,8 @@ int cache_disk_file_get(struct cache_disk *d, const struct cache_meta_key *k)
 		d->files[h] = f;
 	}
 	f->nheld++;
-	f->verified = false; /* a block comes or changes: check them all again */
+	f->verified = false;   /* a block comes or changes: check them all again */
+	f->superseded = false; /* the version is being fetched again: current */
 	return 0;
 }
 
@@ -156,8 +157,6 @@ bool cache_disk_file_put(struct cache_disk *d, const struct cache_meta_key *k)
 
 	if (!f)
 		return false;
-	/* verified stays: a block leaving makes the version not whole (no pin
-	 * gets it), and the block that comes back resets it (file_get). */
 	if (--f->nheld > 0)
 		return false;
 	for (pp = &d->files[file_bucket(k)]; *pp != f; pp = &(*pp)->hnext)
@@ -277,8 +276,14 @@ static void ring_put(struct cache_disk *d, struct dring *r)
 static void kill_slot(struct cache_disk *d, uint32_t i)
 {
 	struct dslot *s = &d->slots[i];
+	struct dfile *f = cache_disk_file(d, &s->key);
 
 	MCFS_ASSERT_HELD(&d->lock);
+	/* Its version is no longer whole: no backing file now (its file stays
+	 * named until the punch, which must not count it), and a block that
+	 * comes back is checked with the others at the next pin. */
+	if (f)
+		f->verified = false;
 	cache_disk_hash_remove(d, i);
 	cache_disk_lru_del(d, i);
 	s->state = DS_DEAD;
@@ -424,15 +429,28 @@ static uint64_t evict(struct cache_disk *d, const char *path, const struct cache
 	struct cache_meta_key *keys = NULL;
 	uint32_t *idx = NULL, i, n = 0;
 	uint64_t bytes = 0;
+	struct dfile *f;
 	int rc;
 
 	pthread_mutex_lock(&d->lock);
+	/* The version pinned last is the current one, even if it was marked
+	 * superseded before (an old version's open inode opened again). */
+	if (keep && (f = cache_disk_file(d, keep)))
+		f->superseded = false;
 	for (i = 0; i < d->nslots; i++) {
 		struct dslot *s = &d->slots[i];
 
-		if (s->state != DS_VALID || s->readers || !cache_meta_key_has_path(&s->key, path) ||
+		if (s->state != DS_VALID || !cache_meta_key_has_path(&s->key, path) ||
 		    (keep && memcmp(s->key.b, keep->b, CACHE_DISK_FILE_ID) == 0))
 			continue;
+		if (s->readers) {
+			/* Pinned (the kernel reads it) or being read: a superseded
+			 * version's blocks go at its last unpin. Marked under the
+			 * lock that unpin takes, so no unpin slips between. */
+			if (keep && (f = cache_disk_file(d, &s->key)))
+				f->superseded = true;
+			continue;
+		}
 		if (!keys) {
 			keys = malloc(d->nslots * sizeof(*keys));
 			idx = malloc(d->nslots * sizeof(*idx));
@@ -648,11 +666,13 @@ out:
 }
 
 void cache_disk_unpin_file(struct cache_disk *d, const char *path, const char *version,
-			   uint64_t size, bool drop)
+			   uint64_t size)
 {
 	uint64_t n = (size + d->bs - 1) / d->bs, j;
 	struct cache_meta_key *keys = calloc(n ? n : 1, sizeof(*keys));
 	uint32_t *idx = calloc(n ? n : 1, sizeof(*idx)), i, dead = 0;
+	struct dfile *f;
+	bool drop;
 	int rc;
 
 	if (!keys || !idx) {
@@ -665,6 +685,8 @@ void cache_disk_unpin_file(struct cache_disk *d, const char *path, const char *v
 	version_keys(d, path, version, keys, n);
 	pthread_mutex_lock(&d->lock);
 	unpin_blocks(d, keys, n);
+	f = cache_disk_file(d, &keys[0]);
+	drop = f && f->superseded;
 	for (j = 0; drop && j < n; j++) {
 		i = cache_disk_find(d, &keys[j]);
 		if (i == DNIL || d->slots[i].state != DS_VALID || d->slots[i].readers)

@@ -114,11 +114,13 @@ uint64_t cache_disk_evict_path(struct cache_disk *d, const char *path);
  */
 MCFS_MUST_CHECK int cache_disk_pin_file(struct cache_disk *d, const char *path, const char *version,
 					uint64_t size, int *fd);
-/* Unpins what cache_disk_pin_file() pinned; with @drop (a newer version of
- * the path was pinned meanwhile: this one is superseded), the version's
- * blocks that no read uses and no other pin holds go too. Can't fail. */
+/* Unpins what cache_disk_pin_file() pinned. If another version of the path
+ * was pinned since, while this one's blocks were in use (it is superseded:
+ * the store changed), the blocks that no read uses and no other pin holds go
+ * too; the mark and the unpin share the tier's lock, so an unpin racing that
+ * pin never leaves the old version behind. Can't fail. */
 void cache_disk_unpin_file(struct cache_disk *d, const char *path, const char *version,
-			   uint64_t size, bool drop);
+			   uint64_t size);
 /* What cache_disk_pin_file() verified. */
 struct cache_disk_verified {
 	uint64_t files;	   /* versions verified whole, unchanged since */

@@ -55,7 +55,11 @@ struct dslot {
 struct dfile {
 	unsigned char id[CACHE_DISK_FILE_ID]; /* the first bytes of its blocks' keys */
 	uint32_t nheld;			      /* slots (not FREE) and victims naming it */
-	bool verified;			      /* every block checked since its last change */
+	bool verified;			      /* every block checked since its last change,
+					       * and none dropped since (backing_files) */
+	bool superseded;		      /* a newer version of its path was pinned while
+					       * blocks of this one were in use: they go at
+					       * the last unpin (cache_disk_unpin_file) */
 	uint32_t nold;			      /* its slots written by an earlier mount */
 	uint64_t size;			      /* the version's bytes, once verified */
 	uint32_t writing;		      /* writer threads writing into it now */

@@ -138,6 +138,40 @@ static void corrupt(const char *dir, unsigned i)
 /* b.bin: blocks 100 (whole) and 101 (whole) and 102 (short): a 3-block version. */
 #define B_SIZE (2ull * BS + 5000)
 
+/* A second version of b.bin: one block, so that the tier's four slots hold
+ * it beside a pinned b.bin. */
+#define B2_SIZE 5000u
+
+/* Pins @version of b.bin, closing the file it opens. */
+static int pin_b(struct cache_disk *d, const char *version, uint64_t size)
+{
+	int fd, rc = cache_disk_pin_file(d, "m/b.bin", version, size, &fd);
+
+	if (fd >= 0)
+		close(fd);
+	return rc;
+}
+
+/* The versions verified whole now (mcfs status's backing_files). */
+static uint64_t backing_files(struct cache_disk *d)
+{
+	struct cache_disk_verified v;
+
+	cache_disk_verify_stats(d, &v);
+	return v.files;
+}
+
+/* Writes the second version of b.bin (seed 110) and waits until it is indexed. */
+static void put_b2(struct cache_disk *d, char *buf)
+{
+	struct cache_meta_key k;
+
+	cache_meta_block_key("m/b.bin", "v2", 0, &k);
+	fill(buf, 110, B2_SIZE);
+	CHECK(cache_disk_write(d, &k, buf, B2_SIZE, NULL, true) == 0, "queue v2's block");
+	cache_disk_flush(d);
+}
+
 static void put_b(struct cache_disk *d, char *buf)
 {
 	struct cache_meta_key k = key(100);
@@ -206,28 +240,34 @@ static void pin_checks(const char *dir, struct cache_disk *d, char *buf, char *r
 		close(fd);
 	cache_disk_verify_stats(d, &v);
 	CHECK(v.verifies == 1, "verified once per mount (%llu)", (unsigned long long)v.verifies);
-	cache_disk_unpin_file(d, "m/b.bin", "v1", B_SIZE, false);
-	cache_disk_unpin_file(d, "m/b.bin", "v1", B_SIZE, false);
+	cache_disk_unpin_file(d, "m/b.bin", "v1", B_SIZE);
+	cache_disk_unpin_file(d, "m/b.bin", "v1", B_SIZE);
 	CHECK(cache_disk_evict_path(d, "m/b.bin") == 2 * BS + 5000, "unpinned: evicted");
 	CHECK(allocated(dir, 100) == -1, "b.bin's file is gone");
 	/* superseded while pinned twice: its blocks go at the last unpin, not before */
 	put_b(d, buf);
-	CHECK(cache_disk_pin_file(d, "m/b.bin", "v1", B_SIZE, &fd) == 0, "pinned again");
-	if (fd >= 0)
-		close(fd);
-	CHECK(cache_disk_pin_file(d, "m/b.bin", "v1", B_SIZE, &fd) == 0, "pinned twice");
-	if (fd >= 0)
-		close(fd);
-	cache_disk_unpin_file(d, "m/b.bin", "v1", B_SIZE, true);
+	CHECK(pin_b(d, "v1", B_SIZE) == 0, "pinned again");
+	CHECK(pin_b(d, "v1", B_SIZE) == 0, "pinned twice");
+	put_b2(d, buf);
+	CHECK(pin_b(d, "v2", B2_SIZE) == 0, "the new version pinned");
+	CHECK(backing_files(d) == 2, "both versions pinned: two backing files");
+	cache_disk_unpin_file(d, "m/b.bin", "v1", B_SIZE);
 	k = key(100);
 	CHECK(cache_disk_held(d, &k) == BS, "still pinned once: kept");
-	cache_disk_unpin_file(d, "m/b.bin", "v1", B_SIZE, true);
+	cache_disk_unpin_file(d, "m/b.bin", "v1", B_SIZE);
 	for (i = 0; i < 3; i++) {
 		k = key(100 + i);
 		CHECK(cache_disk_held(d, &k) == 0, "superseded block %u dropped at the last unpin",
 		      i);
 	}
-	CHECK(cache_disk_evict_path(d, "m/b.bin") == 0, "nothing left to evict");
+	CHECK(backing_files(d) == 1, "the dropped version counts no more, before its punch");
+	/* an unpin that comes before the new version's pin: that pin drops it */
+	cache_disk_unpin_file(d, "m/b.bin", "v2", B2_SIZE);
+	put_b(d, buf);
+	CHECK(pin_b(d, "v1", B_SIZE) == 0, "v1 back, pinned");
+	CHECK(backing_files(d) == 1, "the unpinned v2 went at v1's pin");
+	cache_disk_unpin_file(d, "m/b.bin", "v1", B_SIZE);
+	CHECK(cache_disk_evict_path(d, "m/b.bin") == B_SIZE, "v1 left, unpinned: evicted");
 	for (i = 0; i < 10000 && allocated(dir, 100) != -1; i++)
 		usleep(1000); /* the writer punches and removes it behind */
 	CHECK(allocated(dir, 100) == -1, "the superseded version's file is gone");
