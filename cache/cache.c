@@ -15,6 +15,7 @@
 #define _GNU_SOURCE
 #include "cache_int.h"
 #include "cache.h"
+#include "cache_disk.h"
 #include "cache_ram.h"
 
 #include <errno.h>

@@ -51,10 +51,17 @@ MCFS_MUST_CHECK int cache_whole_fetch(struct cache *c, struct cache_file *f);
 /*
  * cold_whole=model: queues the other files of @f's directory whose names end
  * with @f's suffix, in name order, to be fetched whole in the background (a
- * directory's files of one suffix at most once in a while). Lists the directory (a store request
- * at most). Can't fail: a file not queued is only not fetched ahead.
+ * directory's files of one suffix at most once in a while). Lists the
+ * directory (a store request at most). Can't fail: a file not queued is only not fetched ahead.
  */
 void cache_whole_siblings(struct cache *c, const struct cache_file *f);
+/*
+ * Ends the whole fetches for good: those running return -ENOENT at their
+ * next block, later ones at once, and the background threads are joined.
+ * For the stop (the opens waiting for a fetch answer at once); cache_free()
+ * calls it too. Threads: any, no lock held; may be called again.
+ */
+void cache_whole_stop(struct cache *c);
 
 /* What @reason (enum cache_disk_off) means, in a few words: static, never NULL. */
 const char *cache_disk_off_text(int reason);

@@ -320,7 +320,6 @@ unsigned cache_backing_evict_path(struct cache *c, const char *path);
 /* whole.c: set up with the disk tier (0, or -ENOMEM); its background thread
  * stopped before the fetch threads; freed with the disk tier. */
 MCFS_MUST_CHECK int cache_whole_open(struct cache *c);
-void cache_whole_stop(struct cache *c);
 void cache_whole_close(struct cache *c);
 /* Fills the backing_* counters. No lock held. */
 void cache_backing_stats(struct cache *c, struct cache_stats *out);

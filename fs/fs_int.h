@@ -64,6 +64,10 @@ struct fs_session {
 	struct fs_htab htab;	      /* fi->fh -> handle; ids under handles_lock */
 	struct fs_pusher push;	      /* cold files pushed into the page cache (push.c) */
 	struct fs_handover ho;	      /* what a new daemon resumes from (handover.c) */
+	pthread_mutex_t opens_lock;   /* guards the two below (open_whole.c) */
+	pthread_cond_t opens_idle;    /* opens_waiting went to 0 */
+	unsigned opens_waiting;	      /* opens answered by an opener thread, not yet answered */
+	bool opens_closed;	      /* stopping: no new opener thread */
 	/* fs/'s counters, one relaxed atomic per FS row of CACHE_COUNTERS
 	 * (cache/counters.h: gpu_loads...). */
 	CACHE_COUNTERS(FS_SESSION_COUNTER)
@@ -127,6 +131,28 @@ static inline void fs_handle_done(struct fs_handle *h)
 
 /* Frees the handles the kernel never released, at teardown (fs/ops.c). */
 void fs_handles_free_all(struct fs_session *s);
+
+/*
+ * OPEN of @ino with @h (its ino set, nothing else): decides the open's mode
+ * (cached, direct_io or passthrough) and answers @req, @h freed on an error
+ * (fs/ops.c). Callers without O_NONBLOCK hold the inode's turn
+ * (fs_inode_open_begin()).
+ */
+void fs_open_reply(struct fs_session *s, fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi,
+		   struct fs_handle *h);
+
+/*
+ * OPEN without O_NONBLOCK (fs/open_whole.c): a file cold_whole fetches whole
+ * first is answered by a thread of its own once it is, so that the FUSE
+ * worker goes back to other requests; any other in the worker. Can't fail
+ * (errors are the open's answer).
+ */
+void fs_open_waiting(struct fs_session *s, fuse_req_t req, fuse_ino_t ino,
+		     struct fuse_file_info *fi, struct fs_handle *h);
+
+/* At teardown, before the handles and the session go: no new opener thread,
+ * the whole fetches end, and every opener has answered. Can't fail. */
+void fs_open_drain(struct fs_session *s);
 
 /*
  * Resume (handover.c): open file handle @fh of inode @ino, of version @a, as

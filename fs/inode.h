@@ -151,6 +151,18 @@ MCFS_MUST_CHECK int fs_inode_open(struct fs_session *s, fuse_ino_t ino, struct c
 				  struct fs_open_mode *mode);
 
 /*
+ * An open of @ino decides its mode (fs_inode_open(), fs_inode_passthrough())
+ * and is answered between these two, one open of an inode at a time: two
+ * opens of a cold file that both waited for its whole fetch would otherwise
+ * each count the other as the cached open beside which the kernel lets no
+ * open switch to passthrough, and both would read through FUSE. Opens with
+ * O_NONBLOCK do not take part (they must not wait, and never switch a cold
+ * file). Can't fail; _end() without _begin() is harmless.
+ */
+void fs_inode_open_begin(struct fs_session *s, fuse_ino_t ino);
+void fs_inode_open_end(struct fs_session *s, fuse_ino_t ino);
+
+/*
  * Turns a cached open of @f (as fs_inode_open() gave @mode) into
  * a passthrough open when the kernel allows it: the file has a backing file
  * (cache_backing_get()) and the inode has no other cached open. The inode

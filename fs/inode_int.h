@@ -55,6 +55,10 @@ struct fs_node {
 	char pt_version[CACHE_VERSION_MAX];
 	unsigned pt_opens;
 	int backing_id;
+	/* An open of this inode is between fs_inode_open_begin() and _end(): its
+	 * mode is decided and answered, so that two opens of one cold file never
+	 * count each other as the cached open that keeps both from passthrough. */
+	bool opening;
 	/* Out of the path hash: the path names a newer node now (fs_node_retire()). The
 	 * node keeps attr (of its opens' version) for good and lives until nlookup and
 	 * its opens are 0 (fs_node_settle()). */
@@ -63,6 +67,7 @@ struct fs_node {
 
 struct fs_inodes {
 	pthread_mutex_t lock;	  /* guards everything below and all nodes */
+	pthread_cond_t opened;	  /* a node's opening went false */
 	struct fs_session *sess;  /* the session this table is of (its counters) */
 	struct fs_node **buckets; /* path hash */
 	size_t nbuckets, count;

@@ -245,6 +245,34 @@ void fs_inode_close(struct fs_session *s, fuse_req_t req, fuse_ino_t ino, struct
 	cache_backing_put(s->cache, f);
 }
 
+void fs_inode_open_begin(struct fs_session *s, fuse_ino_t ino)
+{
+	struct fs_node *n;
+
+	pthread_mutex_lock(&s->inodes->lock);
+	/* Sleeps on inodes->opened (inodes->lock) while another open of @ino
+	 * decides and answers; the node outlives it (the opener's lookup holds
+	 * it), and is looked up again after each wake. */
+	while ((n = fs_node_by_ino(s->inodes, ino)) && n->opening)
+		pthread_cond_wait(&s->inodes->opened, &s->inodes->lock);
+	if (n)
+		n->opening = true;
+	pthread_mutex_unlock(&s->inodes->lock);
+}
+
+void fs_inode_open_end(struct fs_session *s, fuse_ino_t ino)
+{
+	struct fs_node *n;
+
+	pthread_mutex_lock(&s->inodes->lock);
+	n = fs_node_by_ino(s->inodes, ino);
+	if (n && n->opening) {
+		n->opening = false;
+		pthread_cond_broadcast(&s->inodes->opened);
+	}
+	pthread_mutex_unlock(&s->inodes->lock);
+}
+
 void fs_inode_pages_whole(struct fs_session *s, fuse_ino_t ino, const char *version)
 {
 	struct fs_node *n;

@@ -328,6 +328,7 @@ int fs_inodes_new(struct fs_session *s, struct fs_inodes **out)
 	if (!t)
 		return -ENOMEM;
 	pthread_mutex_init(&t->lock, NULL);
+	pthread_cond_init(&t->opened, NULL);
 	t->nbuckets = 1024;
 	t->buckets = calloc(t->nbuckets, sizeof(*t->buckets));
 	t->nibuckets = 1024;
@@ -374,6 +375,7 @@ void fs_inodes_free(struct fs_inodes *t)
 			node_free(t, t->buckets[i]);
 	free(t->buckets);
 	free(t->ibuckets);
+	pthread_cond_destroy(&t->opened);
 	pthread_mutex_destroy(&t->lock);
 	free(t);
 }

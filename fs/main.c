@@ -137,6 +137,7 @@ static int fuse_args_for(const struct cfg *cfg, struct fuse_args *args)
 
 static void teardown(struct fs_session *s)
 {
+	fs_open_drain(s); /* opens waiting for a whole fetch answer first */
 	/* The state stays as the kernel sees it: a next daemon resumes from it. */
 	fs_handover_free(s);
 	fs_push_stop(s); /* they notify the session */
@@ -440,6 +441,8 @@ static int cmd_mount(int argc, char **argv)
 
 	cfg_init(&sess.cfg);
 	pthread_mutex_init(&sess.handles_lock, NULL);
+	pthread_mutex_init(&sess.opens_lock, NULL);
+	pthread_cond_init(&sess.opens_idle, NULL);
 	rc = parse_mount_args(argc, argv, &sess.cfg);
 	if (rc)
 		return rc;

@@ -267,58 +267,12 @@ static int handle_publish(struct fs_session *s, struct fs_handle *h, uint64_t wa
 	return 0;
 }
 
-/*
- * cold_whole (cache/whole.c): a file the disk tier does not hold whole is
- * fetched whole before the open counts on its inode, so that the open can
- * switch to passthrough (the kernel lets only an inode's only open switch);
- * with cold_whole=model its directory's other files of its kind follow in
- * the background. An open with O_NONBLOCK does not wait for it: the mcfs
- * clients' opens (libmcfs, the Python package, `mcfs prefetch`), which read
- * through the RAM tier's ioctls, not the page cache. Anything that fails
- * leaves the open as it was.
- */
-static void open_whole(struct fs_session *s, fuse_ino_t ino)
+void fs_open_reply(struct fs_session *s, fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi,
+		   struct fs_handle *h)
 {
-	struct cache_file *f;
-	bool complete;
-
-	if (!atomic_load(&s->conn.pt_on) || fs_inode_file(s, ino, &f) < 0)
-		return;
-	/* Whole already (as recorded): nothing to do, and no second request to
-	 * the store. Else the version the open will confirm, which a listing's
-	 * may not be (an http listing's mtime against the HEAD's ETag). */
-	complete = cache_file_complete(s->cache, f);
-	cache_file_put(s->cache, f);
-	if (complete || fs_inode_file_now(s, ino, &f) < 0)
-		return;
-	if (!cache_file_complete(s->cache, f)) {
-		cache_whole_siblings(s->cache, f);
-		if (cache_whole_fetch(s->cache, f) < 0)
-			MCFS_DEBUG("%s: not fetched whole at its open: read through the cache",
-				   cache_file_path(f));
-	}
-	cache_file_put(s->cache, f);
-}
-
-static void fs_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
-{
-	struct fs_session *s = fs_sess(req);
 	struct fs_open_mode mode = {false, false, false, 0};
-	struct fs_handle *h;
 	int rc;
 
-	if ((fi->flags & O_ACCMODE) != O_RDONLY || (fi->flags & O_TRUNC)) {
-		fuse_reply_err(req, EROFS);
-		return;
-	}
-	h = calloc(1, sizeof(*h));
-	if (!h) {
-		fuse_reply_err(req, ENOMEM);
-		return;
-	}
-	h->ino = ino;
-	if (!(fi->flags & O_NONBLOCK))
-		open_whole(s, ino);
 	rc = fs_inode_open(s, ino, &h->file, &mode);
 	if (rc == 0) {
 		rc = cache_stream_new(s->cache, h->file, &h->stream);
@@ -373,6 +327,27 @@ static void fs_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 		fs_handover_release(s, h->id, false);
 		handle_free(s, NULL, h);
 	}
+}
+
+static void fs_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+{
+	struct fs_session *s = fs_sess(req);
+	struct fs_handle *h;
+
+	if ((fi->flags & O_ACCMODE) != O_RDONLY || (fi->flags & O_TRUNC)) {
+		fuse_reply_err(req, EROFS);
+		return;
+	}
+	h = calloc(1, sizeof(*h));
+	if (!h) {
+		fuse_reply_err(req, ENOMEM);
+		return;
+	}
+	h->ino = ino;
+	if (fi->flags & O_NONBLOCK)
+		fs_open_reply(s, req, ino, fi, h); /* never waits for a whole fetch */
+	else
+		fs_open_waiting(s, req, ino, fi, h); /* open_whole.c */
 }
 
 int fs_handle_resume(struct fs_session *s, uint64_t fh, uint64_t ino, unsigned flags,

@@ -8,14 +8,17 @@ Each test reads with the page cache dropped first and checks the bytes against
 the store's, and the daemon's counters: whole_opens, whole_background,
 whole_fallbacks, passthrough_opens and fuse_reads.
 """
+import contextlib
 import fcntl
 import hashlib
 import mmap
 import os
+import threading
 
 import pytest
 
 from conftest import mcfs_mount, wait_for
+from faultproxy import FaultProxy
 from servers import Nginx, have_nginx
 from gen import MiB, drop_caches, write_random
 from test_passthrough import need_passthrough
@@ -179,3 +182,120 @@ def test_http_a_listed_file_is_fetched_in_the_version_its_open_confirms(tmp):
         assert st["whole_opens"] == 1 and st["passthrough_opens"] == 2, st
         assert st["fuse_reads"] == 0, st
         assert st["store_bytes"] == sum(len(d) for d in datas), st
+
+
+def in_openat(t):
+    """True while thread @t is inside openat(2) (x86-64's 257; aarch64's 56)."""
+    try:
+        with open("/proc/self/task/%d/syscall" % t.native_id) as f:
+            return f.read().split()[0] in ("257", "56")
+    except (OSError, IndexError):
+        return False
+
+
+class HeldOpens:
+    """nginx behind the fault proxy, whose GETs of the files @names wait until
+    release(), and a mount of it with cold_whole=file (and @more options). open(name)
+    starts a thread that mmaps the file and keeps its sha in got[key]; waiting() is
+    true once the GETs of every held file came and each thread sits in openat(2)."""
+
+    def __init__(self, tmp, names, *more):
+        self.tmp, self.names, self.more = tmp, names, more
+        self.release, self.held, self.got, self.threads = threading.Event(), set(), {}, []
+
+    def _hold(self, method, path, head):
+        name = path.lstrip("/").split("?")[0]
+        if method == "GET" and name in self.names and not self.release.is_set():
+            self.held.add(name)
+            self.release.wait(60)
+        return None
+
+    def __enter__(self):
+        self.stack = contextlib.ExitStack()
+        try:
+            ng = self.stack.enter_context(
+                Nginx(str(self.tmp / "src"), workdir=str(self.tmp / "nginx")))
+            px = self.stack.enter_context(FaultProxy(ng.port))
+            px.answer = self._hold
+            self.stack.callback(self.end)  # before the proxy stops: no GET left held
+            self.m = self.stack.enter_context(mcfs_mount(
+                px.url, str(self.tmp / "mnt"), opts=opts(self.tmp, "cold_whole=file",
+                                                         *self.more)))
+        except BaseException:
+            self.stack.close()
+            raise
+        return self
+
+    def __exit__(self, *exc):
+        self.stack.close()
+
+    def open(self, name, key=None):
+        t = threading.Thread(target=lambda: self.got.__setitem__(
+            name if key is None else key, sha(mmap_read(self.m.p(name)))))
+        t.start()
+        self.threads.append(t)
+        return t
+
+    def waiting(self):
+        return self.held == set(self.names) and all(in_openat(t) for t in self.threads)
+
+    def end(self):
+        self.release.set()
+        for t in self.threads:
+            t.join(60)
+
+
+def test_two_opens_of_one_cold_file_at_once_both_switch_to_passthrough(tmp):
+    """vLLM's prefetch pattern opens each shard in a prefetch thread while its loop
+    opens the same shard: both opens wait for the one whole fetch, and both must then
+    read through passthrough. The kernel lets an inode switch only while no cached open
+    holds it, and the two opens used to count each other as one: neither switched, and
+    both read through FUSE."""
+    need_passthrough()
+    if not have_nginx():
+        pytest.skip("nginx is not installed")
+    data = write_random(str(tmp / "src" / "m.bin"), SIZE, seed=236)
+    with HeldOpens(tmp, ["m.bin"]) as h:
+        assert os.stat(h.m.p("m.bin")).st_size == SIZE
+        h.open("m.bin", 0)
+        h.open("m.bin", 1)
+        assert wait_for(h.waiting, 10), "the two opens did not both wait: %s" % h.held
+        h.end()
+        st = h.m.stats()
+        assert h.got == {0: sha(data), 1: sha(data)}, h.got
+        assert st["whole_opens"] == 2, st
+        assert st["passthrough_opens"] == 2, st
+        assert st["passthrough_fallbacks"] == 0, st
+        assert st["fuse_reads"] == 0, st
+        assert st["store_bytes"] == SIZE, st
+
+
+def test_opens_waiting_for_their_whole_fetch_hold_no_fuse_worker(tmp):
+    """A whole fetch takes seconds for a large shard. The opens waiting for theirs
+    used to wait in FUSE workers: with as many of them as max_threads, every other
+    request of the mount (a listing, a read of another file) waited for a fetch. Two
+    opens held with max_threads=2: a third file is listed, opened and read meanwhile."""
+    need_passthrough()
+    if not have_nginx():
+        pytest.skip("nginx is not installed")
+    datas = {n: write_random(str(tmp / "src" / n), SIZE + i * 4096, seed=237 + i)
+             for i, n in enumerate(("a.bin", "b.bin", "c.bin"))}
+    with HeldOpens(tmp, ["a.bin", "b.bin"], "max_threads=2") as h:
+        for n in ("a.bin", "b.bin"):
+            assert os.stat(h.m.p(n)).st_size == len(datas[n])
+            h.open(n)
+        assert wait_for(h.waiting, 10), "the two opens did not both wait: %s" % h.held
+        third = threading.Thread(target=lambda: h.got.__setitem__(
+            "c.bin", (sorted(os.listdir(h.m.p(""))), sha(mmap_read(h.m.p("c.bin"))))))
+        third.start()
+        third.join(30)
+        done = not third.is_alive()
+        h.end()
+        third.join(60)
+        assert done, "a listing and a read of c.bin waited for the held fetches"
+        assert h.got["c.bin"] == (["a.bin", "b.bin", "c.bin"], sha(datas["c.bin"]))
+        assert h.got["a.bin"] == sha(datas["a.bin"]), h.got
+        assert h.got["b.bin"] == sha(datas["b.bin"]), h.got
+        st = h.m.stats()
+        assert st["whole_opens"] == 3 and st["passthrough_opens"] == 3, st
+        assert st["fuse_reads"] == 0, st
