@@ -486,6 +486,9 @@ def main():
     ap.add_argument("--opts", type=lambda v: [o for o in v.split(",") if o], default=[],
                     help="more mcfs -o options, comma-separated")
     ap.add_argument("--dir", help="work directory (default: a new one under /var/tmp)")
+    ap.add_argument("--loops", type=lambda v: [o for o in v.split(",") if o], default=[],
+                    help="only these rows, comma-separated keys: 1t,8t,pf,rd,gpu "
+                         "(default: all)")
     a = ap.parse_args()
     if os.geteuid() != 0:
         sys.exit("bench_loaders: needs root (FUSE mounts, passthrough, drop_caches)")
@@ -518,7 +521,10 @@ def main():
         if a.store == "http":
             ng = Nginx(src, workdir=os.path.join(work, "nginx"), workers="auto").start()
         source = ng.url if ng else src
-        rws = rows(a.shards)
+        rws = [r for r in rows(a.shards) if not a.loops or r[0] in a.loops]
+        if not rws:
+            sys.exit("bench_loaders: --loops %s names no row (1t, 8t, pf, rd, gpu)"
+                     % ",".join(a.loops))
         with damon_paused():  # the passes' page cache stays (conftest.damon_paused)
             for run in range(a.runs):
                 log("run %d/%d, load %.2f" % (run + 1, a.runs, os.getloadavg()[0]))
