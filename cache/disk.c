@@ -645,7 +645,7 @@ int cache_disk_pin_file(struct cache_disk *d, const char *path, const char *vers
 	}
 	/* This version is whole: the path's others are superseded (the store
 	 * changed), and go unless a reader or the kernel still holds them (a
-	 * pinned one goes at its last unpin: backing.c). */
+	 * held one is marked here and goes at its last unpin). */
 	if (rc == 0)
 		(void)evict(d, path, &keys[0]);
 	if (rc < 0) {
