@@ -501,8 +501,11 @@ def main():
     if torch is not None:
         torch.set_num_threads(1)
     info = {"t0": time.time(), "load0": os.getloadavg()[0],
-            "rev": subprocess.run(["git", "-C", ROOT, "rev-parse", "--short", "HEAD"],
-                                  capture_output=True, text=True).stdout.strip()}
+            # MCFS_REV: the commit the binary was built from, where this tree's git
+            # says otherwise (the device machine's copy keeps an older HEAD)
+            "rev": os.environ.get("MCFS_REV") or subprocess.run(
+                ["git", "-C", ROOT, "rev-parse", "--short", "HEAD"],
+                capture_output=True, text=True).stdout.strip()}
     work = a.dir or tempfile.mkdtemp(prefix="mcfs-bench-loaders.", dir="/var/tmp")
     src = os.path.join(work, "src")
     os.makedirs(src, exist_ok=True)

@@ -628,8 +628,9 @@ def report(res, t_start, load0):
     def pair(wl, key, unit):
         return "%s / %s" % (fmt(m(wl, key + "_cold"), unit), fmt(m(wl, key + "_warm"), unit))
 
-    rev = subprocess.run(["git", "-C", ROOT, "rev-parse", "--short", "HEAD"],
-                         capture_output=True, text=True).stdout.strip()
+    rev = os.environ.get("MCFS_REV") or subprocess.run(  # as bench_loaders.py
+        ["git", "-C", ROOT, "rev-parse", "--short", "HEAD"],
+        capture_output=True, text=True).stdout.strip()
     print()
     print("mcfs %s (%s), %d CPUs, kernel %s, %d runs, medians (min–max); load average %.2f at "
           "start, %.2f at end; %.1f min" % (rev, MCFS, os.cpu_count(), os.uname().release,
