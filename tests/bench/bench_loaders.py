@@ -74,7 +74,7 @@ import safetensors  # noqa: E402
 from conftest import MCFS, damon_paused, mcfs_mount  # noqa: E402
 from servers import Nginx, have_nginx  # noqa: E402
 from bench_mount import drop_caches, wait_started  # noqa: E402
-from bench_remote import pretouch, warm  # noqa: E402
+from bench_remote import pretouch, revision, warm  # noqa: E402
 from bench_shared import cpu_seconds, parse_size  # noqa: E402
 
 try:
@@ -501,11 +501,7 @@ def main():
     if torch is not None:
         torch.set_num_threads(1)
     info = {"t0": time.time(), "load0": os.getloadavg()[0],
-            # MCFS_REV: the commit the binary was built from, where this tree's git
-            # says otherwise (the device machine's copy keeps an older HEAD)
-            "rev": os.environ.get("MCFS_REV") or subprocess.run(
-                ["git", "-C", ROOT, "rev-parse", "--short", "HEAD"],
-                capture_output=True, text=True).stdout.strip()}
+            "rev": revision()}
     work = a.dir or tempfile.mkdtemp(prefix="mcfs-bench-loaders.", dir="/var/tmp")
     src = os.path.join(work, "src")
     os.makedirs(src, exist_ok=True)

@@ -52,7 +52,7 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
 from servers import SWIFT_KEY, SWIFT_SECRET, Nginx, Swift  # noqa: E402
-from bench_remote import curl_args, parallel_ranges, stats as mcfs_stats  # noqa: E402
+from bench_remote import curl_args, parallel_ranges, revision, stats as mcfs_stats  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(HERE))
 MCFS = os.environ.get("MCFS_BIN", os.path.join(ROOT, "build", "fs", "mcfs"))
@@ -628,9 +628,7 @@ def report(res, t_start, load0):
     def pair(wl, key, unit):
         return "%s / %s" % (fmt(m(wl, key + "_cold"), unit), fmt(m(wl, key + "_warm"), unit))
 
-    rev = os.environ.get("MCFS_REV") or subprocess.run(  # as bench_loaders.py
-        ["git", "-C", ROOT, "rev-parse", "--short", "HEAD"],
-        capture_output=True, text=True).stdout.strip()
+    rev = revision()
     print()
     print("mcfs %s (%s), %d CPUs, kernel %s, %d runs, medians (min–max); load average %.2f at "
           "start, %.2f at end; %.1f min" % (rev, MCFS, os.cpu_count(), os.uname().release,

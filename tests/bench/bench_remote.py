@@ -28,6 +28,15 @@ MCFS = os.environ.get("MCFS_BIN", os.path.join(ROOT, "build", "fs", "mcfs"))
 MiB = 1 << 20
 
 
+def revision():
+    """The commit a table names: MCFS_REV, where the binary was built from another
+    commit than this tree's HEAD (the device machine's copy keeps an older one),
+    else this tree's HEAD."""
+    return os.environ.get("MCFS_REV") or subprocess.run(
+        ["git", "-C", ROOT, "rev-parse", "--short", "HEAD"],
+        capture_output=True, text=True).stdout.strip()
+
+
 def pretouch(mib=3072):
     subprocess.run("dd if=/dev/zero of=/dev/shm/mcfs-pretouch bs=1M count=%d status=none;"
                    "rm -f /dev/shm/mcfs-pretouch" % mib, shell=True, check=True)
