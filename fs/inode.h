@@ -214,6 +214,9 @@ MCFS_MUST_CHECK int fs_inode_file(struct fs_session *s, fuse_ino_t ino, struct c
 /* As fs_inode_file(), with the version an open would see now (confirmed with
  * the store unless open_check=ttl), without counting an open. */
 MCFS_MUST_CHECK int fs_inode_file_now(struct fs_session *s, fuse_ino_t ino, struct cache_file **f);
+/* True if @ino has an open that reads through the page cache now: the kernel
+ * would switch no other open of it to passthrough. Can't fail. */
+bool fs_inode_cached_open(struct fs_session *s, fuse_ino_t ino);
 
 /*
  * Forgets what the store said about @ino, so the next getattr or open asks

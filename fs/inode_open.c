@@ -376,6 +376,18 @@ int fs_inode_file_now(struct fs_session *s, fuse_ino_t ino, struct cache_file **
 	return open_file(s, ino, f, NULL, cache_open_confirms(s->cache));
 }
 
+bool fs_inode_cached_open(struct fs_session *s, fuse_ino_t ino)
+{
+	struct fs_node *n;
+	bool cached;
+
+	pthread_mutex_lock(&s->inodes->lock);
+	n = fs_node_by_ino(s->inodes, ino);
+	cached = n && n->pc_opens > 0;
+	pthread_mutex_unlock(&s->inodes->lock);
+	return cached;
+}
+
 int fs_inode_resume_open(struct fs_session *s, uint64_t ino, unsigned flags, int backing_id,
 			 const struct cache_attr *a, struct cache_file **f)
 {

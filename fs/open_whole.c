@@ -46,15 +46,16 @@ struct opener {
 };
 
 /* True if an open of @ino would wait for a whole fetch: cold_whole is on,
- * passthrough too, and the cache does not hold the file whole (as recorded:
- * no request to the store). */
+ * passthrough too, no open of the inode reads through the page cache (the
+ * kernel would not switch this one: it would wait for nothing), and the cache
+ * does not hold the file whole (as recorded: no request to the store). */
 static bool wants_whole(struct fs_session *s, fuse_ino_t ino)
 {
 	struct cache_file *f;
 	bool complete;
 
 	if (strcmp(s->cfg.cold_whole, "off") == 0 || !atomic_load(&s->conn.pt_on) ||
-	    fs_inode_file(s, ino, &f) < 0)
+	    fs_inode_cached_open(s, ino) || fs_inode_file(s, ino, &f) < 0)
 		return false;
 	complete = cache_file_complete(s->cache, f);
 	cache_file_put(s->cache, f);

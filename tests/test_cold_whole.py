@@ -136,6 +136,37 @@ def test_an_open_with_o_nonblock_does_not_wait_for_the_whole_file(tmp):
         assert st["store_bytes"] <= 2 * MiB, st  # a block or two, not the file
 
 
+def test_an_open_beside_one_through_the_page_cache_does_not_wait_for_the_whole_file(tmp):
+    """The kernel switches only an inode's only open to passthrough: while an
+    O_NONBLOCK open (a client's) reads the file through the cache, a loader's
+    open of it could not switch, so it reads through the cache at once instead
+    of waiting for a whole fetch that would change nothing (safetensors opens a
+    shard twice with torch, and the second open found the first one there)."""
+    need_passthrough()
+    data = write_random(str(tmp / "src" / "m.bin"), SIZE, seed=235)
+    with mcfs_mount(str(tmp / "src"), str(tmp / "mnt"),
+                    opts=opts(tmp, "cold_whole=file")) as m:
+        drop_caches()
+        fd = os.open(m.p("m.bin"), os.O_RDONLY | os.O_NONBLOCK)
+        try:
+            assert os.pread(fd, 4096, 0) == data[:4096]
+            got = mmap_read(m.p("m.bin"))
+        finally:
+            os.close(fd)
+        st = m.stats()
+        assert sha(got) == sha(data)
+        assert st["whole_opens"] == 0 and st["whole_fallbacks"] == 0, st
+        assert st["passthrough_opens"] == 0 and st["passthrough_fallbacks"] == 0, st
+        assert st["fuse_reads"] > 0, st
+        # alone again: the next open (the file read whole by now) switches
+        before = st
+        drop_caches()
+        assert sha(mmap_read(m.p("m.bin"))) == sha(data)
+        st = m.stats()
+        assert st["passthrough_opens"] == 1, st
+        assert st["fuse_reads"] == before["fuse_reads"], st
+
+
 def test_a_file_larger_than_half_the_disk_tier_reads_through_the_cache(tmp):
     need_passthrough()
     data = write_random(str(tmp / "src" / "big.bin"), 20 * MiB, seed=233)
