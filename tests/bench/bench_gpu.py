@@ -139,6 +139,7 @@ def timed_load(fn, path):
 
     def run():
         out["t"] = fn(path, device="cuda:0")
+    gpu_rows.settle_device()
     t = cuda_time(run)
     n = sum(x.numel() * x.element_size() for x in out["t"].values())
     del out["t"]

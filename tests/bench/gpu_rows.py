@@ -26,6 +26,24 @@ def log(*a):
     print(*a, flush=True)
 
 
+# After device memory is freed (torch.cuda.empty_cache()), the driver works on
+# it in the background for a few tens of ms (8 GiB: done within 50 ms on an
+# H200), and host-to-device copies into a new allocation made meanwhile run
+# 11% slower (48.4-48.9 GB/s against 55.1 from pinned memory, docs/benchmarks.md).
+# A load timed right after the previous run's free pays that, and a larger
+# load pays more of it than the 1 GiB limit rows do: every timed run waits it out.
+SETTLE_S = 0.2
+
+
+def settle_device():
+    """Frees the caching allocator's memory and waits out the driver's work on it, so
+    that a timed load starts as the first load of a process does. Needs torch."""
+    import torch
+    torch.cuda.synchronize()
+    torch.cuda.empty_cache()
+    time.sleep(SETTLE_S)
+
+
 class Loaders:
     """n loader processes started together (tests/bench/gpu_loader.py) for
     `runs` rounds; each round starts when every process is ready. `extra`:
