@@ -27,11 +27,10 @@ def log(*a):
 
 
 # After device memory is freed (torch.cuda.empty_cache()), the driver works on
-# it in the background for a few tens of ms (8 GiB: done within 50 ms on an
-# H200), and host-to-device copies into a new allocation made meanwhile run
-# 11% slower (48.4-48.9 GB/s against 55.1 from pinned memory, docs/benchmarks.md).
-# A load timed right after the previous run's free pays that, and a larger
-# load pays more of it than the 1 GiB limit rows do: every timed run waits it out.
+# it in the background for a while, and host-to-device copies into a new
+# allocation made meanwhile run slower (docs/benchmarks.md, "Device memory freed
+# just before a load"). A load timed right after the previous run's free pays
+# that, a large load more than the 1 GiB limit rows: every timed run waits it out.
 SETTLE_S = 0.2
 
 
