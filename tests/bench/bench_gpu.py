@@ -18,6 +18,10 @@ Rows (GB/s = 1e9 bytes/s of the data section; medians of --runs):
                           file already in the RAM tier, loaded into cuda:0) beside its
                           next load there, for each --first-ram size, with gpu_prepare
                           off and on (on: after `mcfs status` says every GPU is ready)
+  ranks                   each rank of world 2 alone into cuda:0 from the RAM tier: whole
+                          tensors, slices along dim 0 and along dim 1 (strided), beside the
+                          pinned limit, with the rows that block ends cut (gathered on the
+                          CPU) per load
   multi                   every GPU at once (2 or more): the pinned H2D limit of each
                           GPU alone and of all together; replicas, ranks with whole
                           tensors and ranks with slices of every tensor (dim 0 and,
@@ -52,7 +56,8 @@ from conftest import mcfs_mount  # noqa: E402
 import gpu_rows  # noqa: E402
 import switch_rows  # noqa: E402
 
-SECTIONS = ["basic", "concurrent", "network", "disk", "peers", "switch", "first", "multi"]
+SECTIONS = ["basic", "concurrent", "network", "disk", "peers", "switch", "first", "ranks",
+            "multi"]
 
 
 def log(*a):
@@ -386,6 +391,8 @@ def main():
         "peers": lambda: gpu_rows.peers(row, a, fpath, data_len, want_sums, fs_of),
         "switch": lambda: switch_rows.rows(row, a, src, timed_load, wait_pinned, drop_caches),
         "first": lambda: first_load_rows(a, src, mnt, opts, data_len, row),
+        "ranks": lambda: gpu_rows.ranks_alone(row, a, src, mnt, opts, wait_pinned, wait_ready,
+                                              limit),
         "multi": lambda: gpu_rows.multi(row, a, src, mnt, opts, wait_pinned, wait_ready,
                                         pretouch),
     }

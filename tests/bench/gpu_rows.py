@@ -6,6 +6,7 @@ fastsafetensors, Run:ai streamer) from tmpfs and from local disk.
 Every function takes the bench's `row(name, secs, nbytes, note)` and adds
 its rows; times are medians of runs unless a note says otherwise.
 """
+import contextlib
 import json
 import os
 import shutil
@@ -312,6 +313,56 @@ def together_row(row, label, rounds, ref, ref_name):
         % (gbs / ref, ref_name, "/".join(mid[2])))
 
 
+def rank_modes(names, n):
+    """(label, per-rank loader arguments) of the tensor-parallel modes."""
+    return [("ranks, whole tensors (1/%d of them each)" % n,
+             [["--tensors"] + names[i::n] for i in range(n)]),
+            ("ranks, slices of every tensor along dim 0",
+             [["--rank", str(i), "--world", str(n), "--split-dim", "0"] for i in range(n)]),
+            ("ranks, slices of every tensor along dim 1 (strided)",
+             [["--rank", str(i), "--world", str(n), "--split-dim", "1"] for i in range(n)])]
+
+
+@contextlib.contextmanager
+def warm_mount(src, mnt, opts, name, wait_pinned, wait_ready):
+    """A mount of src with `name` loaded once (into the RAM tier, pinned) and
+    every GPU ready: yields (the mount, the file's path on it)."""
+    import mcfs
+    with mcfs_mount(src, mnt, opts=opts, timeout=60) as m:
+        mp = os.path.join(mnt, name)
+        wait_pinned(mp)
+        wait_ready(m)
+        mcfs.load_file(mp, device="cuda:0")
+        settle_device()
+        yield m, mp
+
+
+def ranks_alone(row, a, src, mnt, opts, wait_pinned, wait_ready, limit):
+    """Each rank of world 2 alone into cuda:0, from the RAM tier: whole
+    tensors, slices along dim 0 and along dim 1 (strided). What one rank's
+    copies cost, on a machine of any number of GPUs; the note gives each
+    rank's median seconds and the rows that block ends cut (gathered)."""
+    name = "model2d.safetensors"
+    fpath = os.path.join(src, name)
+    names, _ = make_file_2d(fpath, int(a.size_gib * (1 << 30)))
+    try:
+        with warm_mount(src, mnt, opts, name, wait_pinned, wait_ready) as (m, mp):
+            for label, args in rank_modes(names, 2):
+                for rank, extra in enumerate(args):
+                    g0 = m.stats()["gpu_rows_gathered"]
+                    res = [r[0] for r in Loaders("mcfs", mp, 1, a.runs,
+                                                 each=[["--device", "cuda:0"] + extra])
+                           .rounds()]
+                    ts = [r["t1"] - r["t0"] for r in res]
+                    cut = (m.stats()["gpu_rows_gathered"] - g0) // a.runs
+                    gbs = res[0]["bytes"] / statistics.median(ts) / 1e9
+                    row("one GPU, RAM tier: %s, rank %d of 2 alone" % (label, rank), ts,
+                        res[0]["bytes"], "%.2f of the pinned limit; %d cut rows gathered "
+                        "per load" % (gbs / limit, cut))
+    finally:
+        os.unlink(fpath)
+
+
 def multi(row, a, src, mnt, opts, wait_pinned, wait_ready, pretouch):
     """Issue 24, items 3 and 6: every GPU of the node at once. The pinned H2D
     limit of each GPU alone and of all at once; then replicas (the whole file
@@ -338,20 +389,10 @@ def multi(row, a, src, mnt, opts, wait_pinned, wait_ready, pretouch):
     name = "model2d.safetensors"
     fpath = os.path.join(src, name)
     names, data_len = make_file_2d(fpath, int(a.size_gib * (1 << 30)))
-    modes = [("replicas, the whole file into each GPU", [[] for _ in devs]),
-             ("ranks, whole tensors (1/%d of them each)" % n,
-              [["--tensors"] + names[i::n] for i in range(n)]),
-             ("ranks, slices of every tensor along dim 0",
-              [["--rank", str(i), "--world", str(n), "--split-dim", "0"] for i in range(n)]),
-             ("ranks, slices of every tensor along dim 1 (strided)",
-              [["--rank", str(i), "--world", str(n), "--split-dim", "1"] for i in range(n)])]
+    modes = [("replicas, the whole file into each GPU", [[] for _ in devs])] \
+        + rank_modes(names, n)
     try:
-        with mcfs_mount(src, mnt, opts=opts, timeout=60) as m:
-            mp = os.path.join(mnt, name)
-            wait_pinned(mp)
-            wait_ready(m)
-            mcfs.load_file(mp, device="cuda:0")  # into the RAM tier
-            torch.cuda.empty_cache()
+        with warm_mount(src, mnt, opts, name, wait_pinned, wait_ready) as (m, mp):
             for label, args in modes:
                 together_row(row, "multi, RAM tier: %s" % label,
                              together(devs, args, mp, a.runs), limit,
