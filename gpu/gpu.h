@@ -121,7 +121,8 @@ int gpu_walk_next(const struct gpu_range *r, struct gpu_walk *w, uint64_t avail,
 
 /*
  * A row that a block's end cuts would cost two small copies, one from each
- * block: on the GPU's copy engine each costs about as much as a long one.
+ * block, and the GPU's copy engine spends a fixed time on each copy
+ * whatever its size.
  * copy.c instead gathers such rows (up to GPU_GATHER_ROW_MAX bytes) into a
  * pinned staging buffer on the CPU and copies them in runs: rows of one
  * length whose destinations lie equally far apart, one 2-D copy per run. A
