@@ -349,12 +349,12 @@ def ranks_alone(row, a, src, mnt, opts, wait_pinned, wait_ready, limit):
         with warm_mount(src, mnt, opts, name, wait_pinned, wait_ready) as (m, mp):
             for label, args in rank_modes(names, 2):
                 for rank, extra in enumerate(args):
-                    g0 = m.stats()["gpu_rows_gathered"]
+                    g0 = m.stats().get("gpu_rows_gathered", 0)
                     res = [r[0] for r in Loaders("mcfs", mp, 1, a.runs,
                                                  each=[["--device", "cuda:0"] + extra])
                            .rounds()]
                     ts = [r["t1"] - r["t0"] for r in res]
-                    cut = (m.stats()["gpu_rows_gathered"] - g0) // a.runs
+                    cut = (m.stats().get("gpu_rows_gathered", 0) - g0) // a.runs
                     gbs = res[0]["bytes"] / statistics.median(ts) / 1e9
                     row("one GPU, RAM tier: %s, rank %d of 2 alone" % (label, rank), ts,
                         res[0]["bytes"], "%.2f of the pinned limit; %d cut rows gathered "
