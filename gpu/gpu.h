@@ -120,34 +120,6 @@ int gpu_walk_next(const struct gpu_range *r, struct gpu_walk *w, uint64_t avail,
 		  struct gpu_rows *out);
 
 /*
- * A row that a block's end cuts would cost two small copies, one from each
- * block, and the GPU's copy engine spends a fixed time on each copy
- * whatever its size.
- * copy.c instead gathers such rows (up to GPU_GATHER_ROW_MAX bytes) into a
- * pinned staging buffer on the CPU and copies them in runs: rows of one
- * length whose destinations lie equally far apart, one 2-D copy per run. A
- * tensor whose row pitch divides the block size has its cut rows equally far
- * apart, so they go in one copy.
- */
-#define GPU_GATHER_ROW_MAX ((uint64_t)64 << 10)
-
-/* The run being gathered: `rows` rows of `len` bytes, packed in the staging
- * buffer, bound for `dst`, `dst + pitch`, ... in the device buffer. */
-struct gpu_run {
-	uint64_t dst;
-	uint64_t pitch; /* set once a second row joins */
-	uint64_t len;
-	uint64_t rows;
-};
-
-/* Adds a row of @len bytes bound for @dst to @run if the run is empty or the
- * row continues it (same length, the next destination at the run's pitch,
- * which a second row sets: at least @len and at most GPU_MAX_PITCH). Returns
- * false, leaving @run as it was, when the run must be copied first and a new
- * one started with this row. */
-bool gpu_run_add(struct gpu_run *run, uint64_t dst, uint64_t len);
-
-/*
  * One load: byte ranges of a file into a device buffer that another process
  * allocated and exported as a CUDA IPC handle. The buffer starts dst_offset
  * bytes into that allocation.
@@ -193,7 +165,6 @@ struct gpu_load_result {
 	uint64_t bytes;	   /* copied to the device */
 	uint64_t blocks;   /* block copies issued (a block shared by two ranges counts twice) */
 	uint64_t unpinned; /* of which from memory not registered with CUDA */
-	uint64_t gathered; /* rows cut by a block's end, gathered on the CPU (GPU_GATHER_ROW_MAX) */
 	uint64_t ipc_ns;   /* opening (or finding) and releasing the IPC mapping */
 	uint64_t wait_blocks_ns; /* in cache_block_get() (blocks being fetched) and for a window */
 	uint64_t wait_copies_ns; /* waiting for copies to complete */

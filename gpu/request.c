@@ -115,25 +115,3 @@ int gpu_walk_next(const struct gpu_range *r, struct gpu_walk *w, uint64_t avail,
 	}
 	return 1;
 }
-
-bool gpu_run_add(struct gpu_run *run, uint64_t dst, uint64_t len)
-{
-	uint64_t gap;
-
-	if (run->rows == 0) {
-		*run = (struct gpu_run){.dst = dst, .len = len, .rows = 1};
-		return true;
-	}
-	if (len != run->len || dst <= run->dst)
-		return false;
-	gap = dst - run->dst;
-	if (run->rows == 1) {
-		if (gap < len || gap > GPU_MAX_PITCH)
-			return false;
-		run->pitch = gap;
-	} else if (gap / run->pitch != run->rows || gap % run->pitch) {
-		return false;
-	}
-	run->rows++;
-	return true;
-}

@@ -6,9 +6,7 @@
  * once to its packed place, and cut a row that straddles a block boundary
  * into its two parts. A table of fixed cases (rows that straddle, rows that
  * end exactly on a boundary, strides larger than a block, tensor-parallel
- * shapes) is followed by seeded random ranges, each walked twice: as is,
- * and with the rows that a block's end cuts gathered into runs
- * (gpu_run_add), as copy.c does. Exits 0 on pass, 1 on fail.
+ * shapes) is followed by seeded random ranges. Exits 0 on pass, 1 on fail.
  */
 #define _GNU_SOURCE
 #include "gpu.h"
@@ -17,22 +15,6 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
-
-/* Copies piece @p of @r's walk from the "file" (byte i is i * 131 >> 3) to
- * its packed place in @dst, counting each byte's copies in @seen. */
-static void put_piece(const struct gpu_range *r, const struct gpu_rows *p, unsigned char *dst,
-		      unsigned char *seen)
-{
-	uint64_t i, j;
-
-	for (i = 0; i < p->height; i++)
-		for (j = 0; j < p->width; j++) {
-			uint64_t d = p->dst - r->dst_off + i * p->width + j;
-
-			dst[d] = (unsigned char)((p->file_off + i * p->src_pitch + j) * 131 >> 3);
-			seen[d]++;
-		}
-}
 
 /* Walks @r over a "file" whose byte i is byte(i), in blocks of @bs bytes,
  * as copy.c does, and checks every piece. Returns the number of pieces. */
@@ -66,7 +48,14 @@ static uint64_t replay(const struct gpu_range *r, uint64_t bs, const char *what)
 			bad = 1;
 			break;
 		}
-		put_piece(r, &p, dst, seen);
+		for (i = 0; i < p.height; i++)
+			for (j = 0; j < p.width; j++) {
+				uint64_t d = p.dst - r->dst_off + i * p.width + j;
+
+				dst[d] =
+				    (unsigned char)((p.file_off + i * p.src_pitch + j) * 131 >> 3);
+				seen[d]++;
+			}
 	}
 	CHECK(w.row == rows || r->len == 0, "%s: walk ended at row %llu of %llu", what,
 	      (unsigned long long)w.row, (unsigned long long)rows);
@@ -84,100 +73,6 @@ static uint64_t replay(const struct gpu_range *r, uint64_t bs, const char *what)
 	free(dst);
 	free(seen);
 	return pieces;
-}
-
-/* Walks @r as copy.c does with gathering on: the parts of a row that a
- * block's end cuts (a row of at most GPU_GATHER_ROW_MAX bytes) are staged,
- * and whole staged rows go in runs (gpu_run_add); each run is copied when
- * the next row does not continue it, and at the end. Checks every byte lands
- * once in its place, and returns the number of runs copied. */
-static uint64_t replay_gather(const struct gpu_range *r, uint64_t bs, const char *what)
-{
-	uint64_t rows = gpu_range_rows(r), total = rows * r->len, runs = 0, i, j, col;
-	unsigned char *dst = calloc(1, total + 1), *seen = calloc(1, total + 1);
-	unsigned char *stage = calloc(rows + 1, r->len + 1);
-	uint64_t staged = 0, run_first = 0; /* rows staged; the run's first */
-	struct gpu_run run = {0};
-	struct gpu_walk w = {0, 0};
-	struct gpu_rows p;
-
-#define COPY_RUN()                                                                                 \
-	do {                                                                                       \
-		for (i = 0; i < run.rows; i++)                                                     \
-			for (j = 0; j < run.len; j++) {                                            \
-				uint64_t d = run.dst - r->dst_off + i * run.pitch + j;             \
-				dst[d] = stage[(run_first + i) * r->len + j];                      \
-				seen[d]++;                                                         \
-			}                                                                          \
-		runs += run.rows > 0;                                                              \
-		memset(&run, 0, sizeof(run));                                                      \
-	} while (0)
-	for (;;) {
-		uint64_t pos = gpu_walk_pos(r, &w);
-
-		col = w.col;
-		if (gpu_walk_next(r, &w, bs - pos % bs, &p) != 1)
-			break;
-		if (rows > 1 && r->len <= GPU_GATHER_ROW_MAX && p.width < r->len) {
-			for (j = 0; j < p.width; j++)
-				stage[staged * r->len + col + j] =
-				    (unsigned char)((p.file_off + j) * 131 >> 3);
-			if (col + p.width < r->len)
-				continue;
-			if (!gpu_run_add(&run, p.dst - col, r->len)) {
-				COPY_RUN();
-				CHECK(gpu_run_add(&run, p.dst - col, r->len), "%s: empty run",
-				      what);
-			}
-			if (run.rows == 1)
-				run_first = staged;
-			staged++;
-			continue;
-		}
-		put_piece(r, &p, dst, seen);
-	}
-	COPY_RUN();
-#undef COPY_RUN
-	for (i = 0; i < rows; i++)
-		for (j = 0; j < r->len; j++) {
-			uint64_t d = i * r->len + j, src = r->file_off + i * r->src_stride + j;
-
-			if (seen[d] != 1 || dst[d] != (unsigned char)(src * 131 >> 3)) {
-				CHECK(
-				    0,
-				    "%s: gathered, byte %llu of row %llu copied %d times or wrong",
-				    what, (unsigned long long)j, (unsigned long long)i, seen[d]);
-				i = rows;
-				break;
-			}
-		}
-	free(dst);
-	free(seen);
-	free(stage);
-	return runs;
-}
-
-/* gpu_run_add() alone: which rows continue a run. */
-static void test_run_add(void)
-{
-	struct gpu_run run = {0};
-
-	CHECK(gpu_run_add(&run, 100, 8) && run.rows == 1 && run.dst == 100, "empty run takes it");
-	CHECK(!gpu_run_add(&run, 100, 8), "same destination");
-	CHECK(!gpu_run_add(&run, 50, 8), "a destination before the run");
-	CHECK(!gpu_run_add(&run, 104, 8), "overlapping the first row");
-	CHECK(!gpu_run_add(&run, 200, 9), "another length");
-	CHECK(!gpu_run_add(&run, 100 + GPU_MAX_PITCH + 1, 8), "pitch past CUDA's");
-	CHECK(run.rows == 1 && run.dst == 100 && run.len == 8, "refusals leave the run");
-	CHECK(gpu_run_add(&run, 108, 8) && run.pitch == 8 && run.rows == 2, "adjacent rows");
-	CHECK(gpu_run_add(&run, 116, 8) && run.rows == 3);
-	CHECK(!gpu_run_add(&run, 128, 8), "off the pitch");
-	CHECK(!gpu_run_add(&run, 132, 8), "a row skipped");
-	CHECK(gpu_run_add(&run, 124, 8) && run.rows == 4);
-	run = (struct gpu_run){0};
-	CHECK(gpu_run_add(&run, 0, 4096) && gpu_run_add(&run, 128 * 4096, 4096) &&
-		  gpu_run_add(&run, 256 * 4096, 4096) && run.pitch == 128 * 4096,
-	      "cut rows 128 rows apart");
 }
 
 static void test_check(void)
@@ -262,20 +157,6 @@ static void test_fixed(void)
 					 .count = 4096,
 					 .src_stride = 8192},
 		     M, "o_proj rank 1") <= 3 * 33);
-	/* the same rows gathered: every block's end cuts a row, 128 rows apart
-	 * in the buffer, so all 32 go in one run */
-	CHECK(replay_gather(&(struct gpu_range){.file_off = 8 * M + 4099,
-						.len = 4096,
-						.dst_off = 0,
-						.count = 4096,
-						.src_stride = 8192},
-			    M, "o_proj rank 1, gathered") == 1);
-	/* a pitch that does not divide the block: the cut drifts along the row
-	 * and some blocks' ends fall between rows; still every byte once */
-	CHECK(replay_gather(
-		  &(struct gpu_range){
-		      .file_off = 5, .len = 3000, .dst_off = 9, .count = 2000, .src_stride = 6000},
-		  M, "drifting cut") >= 1);
 	replay(&(struct gpu_range){.file_off = 777,
 				   .len = 100 * 7 * 8,
 				   .dst_off = 13,
@@ -304,14 +185,12 @@ static void test_random(void)
 		r.dst_off = NEXT() % 64;
 		snprintf(what, sizeof(what), "random %d (bs %llu)", i, (unsigned long long)bs);
 		replay(&r, bs, what);
-		replay_gather(&r, bs, what);
 	}
 }
 
 int main(void)
 {
 	test_check();
-	test_run_add();
 	test_fixed();
 	test_random();
 	if (failures)

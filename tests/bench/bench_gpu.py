@@ -20,8 +20,7 @@ Rows (GB/s = 1e9 bytes/s of the data section; medians of --runs):
                           off and on (on: after `mcfs status` says every GPU is ready)
   ranks                   each rank of world 2 alone into cuda:0 from the RAM tier: whole
                           tensors, slices along dim 0 and along dim 1 (strided), beside the
-                          pinned limit, with the rows that block ends cut (gathered on the
-                          CPU) per load
+                          pinned limit, with the dim-1 rows that block ends cut
   multi                   every GPU at once (2 or more): the pinned H2D limit of each
                           GPU alone and of all together; replicas, ranks with whole
                           tensors and ranks with slices of every tensor (dim 0 and,
