@@ -392,7 +392,6 @@ def multi(row, a, src, mnt, opts, wait_pinned, wait_ready, pretouch):
     strided), from the RAM tier (warm), and cold from nginx on loopback with
     the network's limit (parallel curl) measured in the same run."""
     import torch
-    import mcfs
     from servers import Nginx, have_nginx
     n = torch.cuda.device_count()
     if n < 2:
