@@ -24,14 +24,14 @@
  *
  * Bounds: a file larger than half the disk tier is not fetched whole (its
  * open reads through the cache). The whole fetches running share the fetch
- * threads' warm-up window, a reader's open twice a background file
- * (share()). The background queues a directory's files of one suffix at
+ * threads' warm-up window in the order they were asked for, the opens that
+ * wait first (share()). The background queues a directory's files of one suffix at
  * most once per WHOLE_DIRS such queueings (so a server's open of config.json
  * queues the other .json files, and its first shard's open the shards), a
  * sibling only while what it queued fits in half the disk tier.
  *
  * Lock: w->lock (leaf) guards the queue, the directory ring and the
- * weights; never held across a call into the rest of the cache.
+ * running fetches; never held across a call into the rest of the cache.
  */
 #define _GNU_SOURCE
 #include "cache_int.h"
@@ -51,12 +51,18 @@
 #define WHOLE_THREADS 8	    /* files fetched whole in the background at once */
 #define WHOLE_ROUNDS 3	    /* passes over a file's missing blocks before giving up */
 #define WHOLE_PACE 8	    /* blocks between two waits for the disk writers */
-#define WHOLE_OPEN_WEIGHT 2 /* an open's whole fetch: twice a background file's share */
 
 struct whole_job {
 	struct whole_job *next;
 	char *path;
 	struct cache_attr attr;
+};
+
+/* One whole fetch running, in w->running (share()): on its caller's stack. */
+struct whole_run {
+	struct whole_run *next;
+	uint64_t seq; /* when it started, by w->seq */
+	bool open;    /* for an open that waits: before every background fetch */
 };
 
 struct cache_whole {
@@ -65,7 +71,8 @@ struct cache_whole {
 	struct whole_job *head, *tail;
 	char *dirs[WHOLE_DIRS]; /* ".SUFFIX DIR" queued lately (a ring) */
 	unsigned ndir;
-	unsigned weight; /* of the whole fetches running (share()) */
+	struct whole_run *running; /* the whole fetches running (share()) */
+	uint64_t seq;
 	bool stopping;
 	pthread_t threads[WHOLE_THREADS];
 	unsigned started;
@@ -100,30 +107,37 @@ static bool fits(const struct cache *c, const struct cache_file *f)
 }
 
 /*
- * The blocks a whole fetch of @weight may have in flight beyond the one it
- * awaits: its share of the fetch threads' warm-up window (2 x fetch
- * threads) by weight among the whole fetches running now, at least 2. A
- * fair share, not a fixed cap: one file alone gets the whole window (a
- * store 100 ms away needs it), and several share it, so that no file takes
- * more blocks than its version file's writes can take (one file's lock,
- * disk_writer.c) while the others wait.
+ * The blocks whole fetch @me may have in flight beyond the one it awaits:
+ * the fetch threads' warm-up window (2 x fetch threads) halved once for each
+ * whole fetch ahead of it, at least 2. Ahead: an open that waits before any
+ * background fetch, and within each, the one that started first. So files
+ * come whole in the order they were asked for, and a reader starts on the
+ * first while the next ones fill, where a fair share made them all whole
+ * together at the end. Nothing is held back: one file alone gets the whole
+ * window (a store 100 ms away needs it), and the window the first file cannot
+ * use (its version file's writes take one lock, disk_writer.c; the pace waits
+ * for them) is asked for by the files behind it, since the halves add up to
+ * more than the window.
  */
-static unsigned share(struct cache *c, unsigned weight)
+static unsigned share(struct cache *c, const struct whole_run *me)
 {
-	unsigned total;
+	const struct whole_run *r;
+	unsigned ahead = 0;
 
 	pthread_mutex_lock(&c->whole->lock);
-	total = MCFS_MAX(weight, c->whole->weight);
+	for (r = c->whole->running; r; r = r->next)
+		if (r != me && (r->open > me->open || (r->open == me->open && r->seq < me->seq)))
+			ahead++;
 	pthread_mutex_unlock(&c->whole->lock);
-	return MCFS_MAX(2u, 2 * c->nthreads * weight / total);
+	return MCFS_MAX(2u, (2 * c->nthreads) >> MCFS_MIN(ahead, 31u));
 }
 
 /*
  * One pass: warm-up fetches of every block of @f the disk tier lacks, at
- * most share(@weight) in flight beyond the one awaited. Returns 0, or the
+ * most share(@me) in flight beyond the one awaited. Returns 0, or the
  * first fetch error (the blocks after it are not asked for).
  */
-static int one_pass(struct cache *c, struct cache_file *f, unsigned weight)
+static int one_pass(struct cache *c, struct cache_file *f, const struct whole_run *me)
 {
 	uint64_t i, next = 0;
 	unsigned window = 0; /* set at block 0 */
@@ -131,7 +145,7 @@ static int one_pass(struct cache *c, struct cache_file *f, unsigned weight)
 
 	for (i = 0; i < f->nblocks && !stopping(c); i++) {
 		if (i % WHOLE_PACE == 0)
-			window = share(c, weight); /* fetches start and end meanwhile */
+			window = share(c, me); /* fetches start and end meanwhile */
 		while (next < f->nblocks && next <= i + window) {
 			if (on_disk(c, f, next)) {
 				next++;
@@ -156,19 +170,23 @@ static int one_pass(struct cache *c, struct cache_file *f, unsigned weight)
 	return 0;
 }
 
-/* Fetches @f whole into the disk tier, with @weight in share(); see
- * cache_whole_fetch(). */
-static int fetch_whole(struct cache *c, struct cache_file *f, unsigned weight)
+/* Fetches @f whole into the disk tier, for an open that waits (@open) or in
+ * the background; see cache_whole_fetch(). */
+static int fetch_whole(struct cache *c, struct cache_file *f, bool open)
 {
+	struct cache_whole *w = c->whole;
+	struct whole_run me = {.open = open}, **pp;
 	unsigned round;
 	uint64_t i;
 	int rc = -ENOENT;
 
-	pthread_mutex_lock(&c->whole->lock);
-	c->whole->weight += weight;
-	pthread_mutex_unlock(&c->whole->lock);
+	pthread_mutex_lock(&w->lock);
+	me.seq = w->seq++;
+	me.next = w->running;
+	w->running = &me;
+	pthread_mutex_unlock(&w->lock);
 	for (round = 0; round < WHOLE_ROUNDS && !stopping(c); round++) {
-		rc = one_pass(c, f, weight);
+		rc = one_pass(c, f, &me);
 		if (rc < 0)
 			break;
 		cache_tier_pay_owed(c, f);
@@ -179,9 +197,11 @@ static int fetch_whole(struct cache *c, struct cache_file *f, unsigned weight)
 		if (rc == 0)
 			break;
 	}
-	pthread_mutex_lock(&c->whole->lock);
-	c->whole->weight -= weight;
-	pthread_mutex_unlock(&c->whole->lock);
+	pthread_mutex_lock(&w->lock);
+	for (pp = &w->running; *pp != &me; pp = &(*pp)->next)
+		;
+	*pp = me.next;
+	pthread_mutex_unlock(&w->lock);
 	return rc;
 }
 
@@ -191,7 +211,7 @@ int cache_whole_fetch(struct cache *c, struct cache_file *f)
 
 	if (!c->whole || !c->disk || !fits(c, f))
 		return -ENOENT;
-	rc = fetch_whole(c, f, WHOLE_OPEN_WEIGHT);
+	rc = fetch_whole(c, f, true);
 	pthread_mutex_lock(&c->lock);
 	if (rc == 0)
 		c->st.whole_opens++;
@@ -308,7 +328,7 @@ static void run_job(struct cache *c, struct whole_job *j)
 		return;
 	if (cache_file_get(c, j->path, &a, &f) < 0)
 		return;
-	if (!cache_file_complete(c, f) && fits(c, f) && fetch_whole(c, f, 1) == 0) {
+	if (!cache_file_complete(c, f) && fits(c, f) && fetch_whole(c, f, false) == 0) {
 		pthread_mutex_lock(&c->lock);
 		c->st.whole_background++;
 		pthread_mutex_unlock(&c->lock);
