@@ -155,6 +155,8 @@ enum cache_counter_type {
 	  "Bytes copied to GPU memory by loads.")                                                  \
 	X(FS, gpu_load_ns, "gpu_load_ns", COUNTER, NULL, NULL,                                     \
 	  "Nanoseconds spent in GPU loads that succeeded (Prometheus: gpu_load_seconds_total).")  \
+	X(FS, gpu_rows_gathered, "gpu_rows_gathered", COUNTER, NULL, NULL,                         \
+	  "Rows of slices that a block's end cut, gathered on the CPU and copied in runs.")        \
 	X(FS, gpu_devices, "gpu_devices", GAUGE, "gpu_devices", NULL,                              \
 	  "CUDA devices the daemon can load into (0: no GPU path).")                               \
 	X(FS, gpu_ready, "gpu_ready", GAUGE, "gpu_devices_ready", NULL,                            \

@@ -174,12 +174,14 @@ static int do_load(fuse_req_t req, struct fs_handle *h, struct mcfs_load_req *r,
 	atomic_fetch_add_explicit(&s->gpu_loads, 1, memory_order_relaxed);
 	atomic_fetch_add_explicit(&s->gpu_load_bytes, r->bytes, memory_order_relaxed);
 	atomic_fetch_add_explicit(&s->gpu_load_ns, r->ns, memory_order_relaxed);
+	atomic_fetch_add_explicit(&s->gpu_rows_gathered, res.gathered, memory_order_relaxed);
 	MCFS_DEBUG("ioctl: loaded %llu bytes of %s in %.3f s (%s; %u ranges; waited %.3f s for "
-		   "blocks, %.3f s for copies, %.3f s for the IPC mapping; %llu blocks unpinned)",
+		   "blocks, %.3f s for copies, %.3f s for the IPC mapping; %llu blocks unpinned; "
+		   "%llu cut rows gathered)",
 		   (unsigned long long)r->bytes, cache_file_path(h->file), r->ns / 1e9,
 		   mcfs_fmt_rate(r->ns ? r->bytes / (r->ns / 1e9) : 0.0, rate, sizeof(rate)), n,
 		   res.wait_blocks_ns / 1e9, res.wait_copies_ns / 1e9, res.ipc_ns / 1e9,
-		   (unsigned long long)r->unpinned);
+		   (unsigned long long)r->unpinned, (unsigned long long)res.gathered);
 	return 0;
 }
 

@@ -13,7 +13,11 @@
  * that share it) go on the block's stream, one after another, and the block
  * is taken from the cache once: each new piece takes over the previous
  * piece's reference, so the block is put back when its last copy is done
- * (events on one stream complete in order).
+ * (events on one stream complete in order). A row that a block's end cuts,
+ * if short (GPU_GATHER_ROW_MAX), is not copied in its two parts: each part
+ * is copied on the CPU into a pinned staging buffer, and whole rows go from
+ * there in runs (gather()), so that the copy engine sees one copy per run
+ * instead of two small ones per cut.
  *
  * The whole request is known up front, so the prefetch cursor runs ahead of
  * the copy by up to a quarter of the RAM tier, bounded again by the cache's
@@ -54,6 +58,13 @@ static void destroy_streams(struct gpu *g, struct gpu_streams *s)
 	for (i = 0; i < GPU_WINDOW; i++)
 		if (s->ev[i])
 			(void)cudaEventDestroy(s->ev[i]);
+	for (i = 0; i < 2; i++)
+		if (s->gather_ev[i])
+			(void)cudaEventDestroy(s->gather_ev[i]);
+	if (s->gather_st)
+		(void)cudaStreamDestroy(s->gather_st);
+	if (s->gather)
+		(void)cudaFreeHost(s->gather);
 	free(s);
 }
 
@@ -82,6 +93,11 @@ int gpu_streams_get(struct gpu *g, int dev, struct gpu_streams **out)
 		e = cudaStreamCreateWithFlags(&s->s[i], cudaStreamNonBlocking);
 	for (i = 0; i < GPU_WINDOW && e == cudaSuccess; i++)
 		e = cudaEventCreateWithFlags(&s->ev[i],
+					     cudaEventDisableTiming | cudaEventBlockingSync);
+	if (e == cudaSuccess)
+		e = cudaStreamCreateWithFlags(&s->gather_st, cudaStreamNonBlocking);
+	for (i = 0; i < 2 && e == cudaSuccess; i++)
+		e = cudaEventCreateWithFlags(&s->gather_ev[i],
 					     cudaEventDisableTiming | cudaEventBlockingSync);
 	if (e != cudaSuccess) {
 		MCFS_ERR("gpu: cannot create streams on device %d: %s", g->devs[dev].ordinal,
@@ -131,6 +147,8 @@ struct cursor {
 struct piece {
 	struct cache_span sp; /* block index and the first byte's offset in it */
 	struct gpu_rows rows; /* what to copy; rows.dst: offset from the buffer start */
+	bool cut;	      /* a part of a short row that a block's end cuts: gathered */
+	uint64_t col, len;    /* if cut: where the part starts in its row, the row's bytes */
 };
 
 static void cursor_init(struct cursor *c, const struct gpu_range *r, unsigned n)
@@ -164,8 +182,11 @@ static int next_piece(const struct cache *cache, const struct cache_file *f, str
 	rc = cache_span(cache, f, pos, end - pos, &p->sp);
 	if (rc < 0)
 		return rc;
+	p->col = c->w.col;
 	if (gpu_walk_next(r, &c->w, p->sp.blen - p->sp.boff, &p->rows) != 1)
 		return -EINVAL; /* cannot happen: the loop above left a row to copy */
+	p->len = r->len;
+	p->cut = gpu_range_rows(r) > 1 && r->len <= GPU_GATHER_ROW_MAX && p->rows.width < r->len;
 	c->taken++;
 	return 1;
 }
@@ -186,6 +207,7 @@ struct load {
 	struct cursor cp, pf;		      /* copy and prefetch cursors */
 	uint64_t pf_last;		      /* last block index prefetched */
 	bool pf_done;
+	struct gpu_stage stage; /* rows cut by a block's end, in s->gather (gather()) */
 };
 
 static int retire_oldest(struct load *l, struct gpu_load_result *res)
@@ -234,6 +256,102 @@ static void top_up_prefetch(struct load *l)
 	}
 }
 
+/* ---- rows cut by a block's end ------------------------------------------ */
+
+static int gather_error(struct load *l, cudaError_t e, const char *what)
+{
+	MCFS_ERR("gpu: %s of gathered rows to device %d: %s", what, l->g->devs[l->dev].ordinal,
+		 cudaGetErrorString(e));
+	gpu_dev_broken(l->g, l->dev, e);
+	return gpu_errno(e) == -ENODEV ? -ENODEV : -EIO;
+}
+
+/* gpu_stage_ops.copy: one run from the staging buffer, on the gather stream;
+ * the half's event then covers every earlier copy from it. */
+static int stage_copy(void *arg, const struct gpu_run *r, uint64_t off)
+{
+	struct load *l = arg;
+	const char *src = l->s->gather + off;
+	cudaStream_t st = l->s->gather_st;
+	cudaError_t e;
+
+	if (r->rows == 1)
+		e = cudaMemcpyAsync(l->dbase + r->dst, src, r->len, cudaMemcpyHostToDevice, st);
+	else
+		e = cudaMemcpy2DAsync(l->dbase + r->dst, r->pitch, src, r->len, r->len, r->rows,
+				      cudaMemcpyHostToDevice, st);
+	if (e == cudaSuccess)
+		e = cudaEventRecord(l->s->gather_ev[off >= l->stage.half], st);
+	return e == cudaSuccess ? 0 : gather_error(l, e, "copy");
+}
+
+/* gpu_stage_ops.wait */
+static int stage_wait(void *arg, unsigned h)
+{
+	struct load *l = arg;
+	cudaError_t e = cudaEventSynchronize(l->s->gather_ev[h]);
+
+	return e == cudaSuccess ? 0 : gather_error(l, e, "wait for a copy");
+}
+
+/* Copies the part @p of a cut row from @src (in its block, held) into the
+ * staging buffer, where gpu_stage_place() puts it (request.c: the row's
+ * place, the runs, the halves). */
+static int gather(struct load *l, const struct piece *p, const char *src)
+{
+	const struct gpu_stage_ops ops = {stage_copy, stage_wait, l};
+	uint64_t off;
+	int rc;
+
+	rc = gpu_stage_place(&l->stage, &ops, p->len, p->col, &off);
+	if (rc < 0)
+		return rc;
+	memcpy(l->s->gather + off, src, p->rows.width);
+	return gpu_stage_placed(&l->stage, &ops, p->rows.dst - p->col, p->len, p->col,
+				p->rows.width);
+}
+
+/* At a load's end: copies what is gathered (@flush) and waits for every copy
+ * from the staging buffer, which the next load of this stream set refills. */
+static int gather_drain(struct load *l, bool flush)
+{
+	const struct gpu_stage_ops ops = {stage_copy, stage_wait, l};
+	int rc = flush ? gpu_stage_flush(&l->stage, &ops) : 0, rc2;
+	unsigned h;
+
+	for (h = 0; h < 2; h++) {
+		if (!l->stage.busy[h])
+			continue;
+		l->stage.busy[h] = false;
+		rc2 = stage_wait(l, h);
+		if (rc == 0)
+			rc = rc2;
+	}
+	return rc;
+}
+
+/* Whether @p is gathered: a cut row's part, with the staging buffer made. */
+static bool gathers(struct load *l, const struct piece *p)
+{
+	struct gpu_streams *s = l->s;
+	cudaError_t e;
+
+	if (!p->cut || s->gather_failed)
+		return false;
+	if (s->gather)
+		return true;
+	e = cudaHostAlloc((void **)&s->gather, GPU_GATHER_SIZE, cudaHostAllocPortable);
+	if (e == cudaSuccess)
+		return true;
+	s->gather = NULL;
+	s->gather_failed = true;
+	MCFS_WARN("gpu: no pinned staging buffer for rows cut by block ends on device %d (%s): "
+		  "they go in two copies each",
+		  l->g->devs[l->dev].ordinal, cudaGetErrorString(e));
+	(void)cudaGetLastError(); /* not sticky: clear it */
+	return false;
+}
+
 static int copy_one(struct load *l, const struct piece *p, struct gpu_load_result *res)
 {
 	struct cache_block *b = NULL;
@@ -263,13 +381,27 @@ static int copy_one(struct load *l, const struct piece *p, struct gpu_load_resul
 		cache_block_put(l->g->cache, b);
 		return -EIO;
 	}
-	if (!gpu_is_pinned(l->g, src, span))
-		res->unpinned++;
-	if (rw->height == 1)
-		e = cudaMemcpyAsync(l->dbase + rw->dst, src, rw->width, cudaMemcpyHostToDevice, st);
-	else /* rows of a slice: packed in the buffer, src_pitch apart in the block */
-		e = cudaMemcpy2DAsync(l->dbase + rw->dst, rw->width, src, rw->src_pitch, rw->width,
-				      rw->height, cudaMemcpyHostToDevice, st);
+	if (gathers(l, p)) {
+		/* copied on the CPU: the event below only orders the block's release
+		 * after the copies of it already on the stream */
+		rc = gather(l, p, src);
+		if (rc < 0) {
+			(void)cudaStreamSynchronize(st); /* an earlier piece may still read it */
+			cache_block_put(l->g->cache, b);
+			return rc;
+		}
+		res->gathered += p->col == 0;
+		e = cudaSuccess;
+	} else {
+		if (!gpu_is_pinned(l->g, src, span))
+			res->unpinned++;
+		if (rw->height == 1)
+			e = cudaMemcpyAsync(l->dbase + rw->dst, src, rw->width,
+					    cudaMemcpyHostToDevice, st);
+		else /* rows of a slice: packed in the buffer, src_pitch apart in the block */
+			e = cudaMemcpy2DAsync(l->dbase + rw->dst, rw->width, src, rw->src_pitch,
+					      rw->width, rw->height, cudaMemcpyHostToDevice, st);
+	}
 	if (e == cudaSuccess)
 		e = cudaEventRecord(l->s->ev[slot], st);
 	if (e != cudaSuccess) {
@@ -320,6 +452,9 @@ static int run_copy(struct load *l, gpu_interrupted_fn intr, void *arg, struct g
 		if (rc < 0)
 			break;
 	}
+	rc2 = gather_drain(l, rc == 0);
+	if (rc == 0)
+		rc = rc2;
 	while (l->count) {
 		rc2 = retire_oldest(l, res);
 		if (rc == 0)
@@ -349,7 +484,8 @@ static int check_dst(const struct gpu_ipc *e, const struct gpu_load_req *req)
 int gpu_load(struct gpu *g, struct cache_file *f, const struct gpu_load_req *req,
 	     gpu_interrupted_fn intr, void *intr_arg, struct gpu_load_result *res)
 {
-	struct load l = {.g = g, .f = f, .pf_last = UINT64_MAX};
+	struct load l = {
+	    .g = g, .f = f, .pf_last = UINT64_MAX, .stage = {.half = GPU_GATHER_SIZE / 2}};
 	unsigned long long t0;
 	uint64_t nslots;
 	struct gpu_ipc *e;

@@ -120,6 +120,76 @@ int gpu_walk_next(const struct gpu_range *r, struct gpu_walk *w, uint64_t avail,
 		  struct gpu_rows *out);
 
 /*
+ * A row that a block's end cuts would cost two small copies, one from each
+ * block, and the GPU's copy engine spends a fixed time on each copy
+ * whatever its size.
+ * copy.c instead gathers such rows (up to GPU_GATHER_ROW_MAX bytes) into a
+ * pinned staging buffer on the CPU and copies them in runs: rows of one
+ * length whose destinations lie equally far apart, one 2-D copy per run. A
+ * tensor whose row pitch divides the block size has its cut rows equally far
+ * apart, so they go in one copy.
+ */
+#define GPU_GATHER_ROW_MAX ((uint64_t)64 << 10)
+
+/* The run being gathered: `rows` rows of `len` bytes, packed in the staging
+ * buffer, bound for `dst`, `dst + pitch`, ... in the device buffer. */
+struct gpu_run {
+	uint64_t dst;
+	uint64_t pitch; /* set once a second row joins */
+	uint64_t len;
+	uint64_t rows;
+};
+
+/* Adds a row of @len bytes bound for @dst to @run if the run is empty or the
+ * row continues it (same length, the next destination at the run's pitch,
+ * which a second row sets: at least @len and at most GPU_MAX_PITCH). Returns
+ * false, leaving @run as it was, when the run must be copied first and a new
+ * one started with this row. */
+bool gpu_run_add(struct gpu_run *run, uint64_t dst, uint64_t len);
+
+/*
+ * Where the cut rows go in a staging buffer of two halves of `half` bytes
+ * each, one filled while the other's copies run: the bookkeeping of
+ * copy.c's gather, kept pure so that rows_test drives it with copies that
+ * complete late. The caller supplies the two device operations.
+ */
+struct gpu_stage_ops {
+	/* Issue the copy of @run, its rows packed from byte @off of the buffer;
+	 * the copy may complete later. */
+	int (*copy)(void *arg, const struct gpu_run *run, uint64_t off);
+	/* Wait until every copy issued from half @h (0, 1) has completed. */
+	int (*wait)(void *arg, unsigned h);
+	void *arg;
+};
+
+struct gpu_stage {
+	uint64_t half;	    /* bytes of each half: GPU_GATHER_ROW_MAX or more */
+	unsigned filling;   /* the half being filled */
+	uint64_t used;	    /* bytes of it taken */
+	uint64_t row_off;   /* the row being gathered: its offset in the buffer */
+	struct gpu_run run; /* whole rows gathered, not yet copied */
+	uint64_t run_off;   /* the run's first row in the buffer */
+	bool busy[2];	    /* copies issued from a half since it was last waited for */
+};
+
+/*
+ * A part of a cut row: @width bytes at byte @col of a row of @len bytes
+ * (at most the half) bound for @row_dst. gpu_stage_place() says where in
+ * the buffer the part's bytes go (*@off); a row's head (@col 0) takes room
+ * for the whole row, and when the half is full first copies the run and
+ * waits for the other half before filling it. The caller copies the bytes
+ * there, then calls gpu_stage_placed(): the part that ends the row adds the
+ * row to the run, copying the run first if the row does not continue it.
+ * gpu_stage_flush() copies the run (a load's end). Each returns 0 or the
+ * first error of an operation.
+ */
+int gpu_stage_place(struct gpu_stage *st, const struct gpu_stage_ops *ops, uint64_t len,
+		    uint64_t col, uint64_t *off);
+int gpu_stage_placed(struct gpu_stage *st, const struct gpu_stage_ops *ops, uint64_t row_dst,
+		     uint64_t len, uint64_t col, uint64_t width);
+int gpu_stage_flush(struct gpu_stage *st, const struct gpu_stage_ops *ops);
+
+/*
  * One load: byte ranges of a file into a device buffer that another process
  * allocated and exported as a CUDA IPC handle. The buffer starts dst_offset
  * bytes into that allocation.
@@ -165,6 +235,7 @@ struct gpu_load_result {
 	uint64_t bytes;	   /* copied to the device */
 	uint64_t blocks;   /* block copies issued (a block shared by two ranges counts twice) */
 	uint64_t unpinned; /* of which from memory not registered with CUDA */
+	uint64_t gathered; /* rows cut by a block's end, gathered on the CPU (GPU_GATHER_ROW_MAX) */
 	uint64_t ipc_ns;   /* opening (or finding) and releasing the IPC mapping */
 	uint64_t wait_blocks_ns; /* in cache_block_get() (blocks being fetched) and for a window */
 	uint64_t wait_copies_ns; /* waiting for copies to complete */

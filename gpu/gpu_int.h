@@ -30,6 +30,9 @@
  * granted by the cache's budget (cache_gpu_window): loads together never
  * hold more than a quarter of it. */
 #define GPU_WINDOW 64
+/* The staging buffer of rows cut by a block's end, per stream set: two
+ * halves, one filled while the other's copies complete. */
+#define GPU_GATHER_SIZE ((uint64_t)8 << 20)
 /* The RAM tier is registered in chunks this big (a multiple of any block
  * size): the pin thread's progress is visible per chunk, and one failed
  * registration costs at most a chunk. */
@@ -76,6 +79,14 @@ struct gpu_streams {
 	int dev;
 	cudaStream_t s[GPU_NSTREAMS];
 	cudaEvent_t ev[GPU_WINDOW];
+	/* Rows cut by a block's end (gpu.h, GPU_GATHER_ROW_MAX): a pinned
+	 * buffer of GPU_GATHER_SIZE in two halves, made at the first such row
+	 * (NULL until then, or after cudaHostAlloc failed: gather_failed), and
+	 * their copies' stream and one event per half. */
+	char *gather;
+	bool gather_failed;
+	cudaStream_t gather_st;
+	cudaEvent_t gather_ev[2];
 };
 
 struct gpu {

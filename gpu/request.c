@@ -17,6 +17,7 @@
 #include "cache_ram.h"
 
 #include <errno.h>
+#include <string.h>
 
 int gpu_data_section(struct cache *c, struct cache_file *f, struct gpu_range *out)
 {
@@ -114,4 +115,81 @@ int gpu_walk_next(const struct gpu_range *r, struct gpu_walk *w, uint64_t avail,
 		w->col = 0;
 	}
 	return 1;
+}
+
+bool gpu_run_add(struct gpu_run *run, uint64_t dst, uint64_t len)
+{
+	uint64_t gap;
+
+	if (run->rows == 0) {
+		*run = (struct gpu_run){.dst = dst, .len = len, .rows = 1};
+		return true;
+	}
+	if (len != run->len || dst <= run->dst)
+		return false;
+	gap = dst - run->dst;
+	if (run->rows == 1) {
+		if (gap < len || gap > GPU_MAX_PITCH)
+			return false;
+		run->pitch = gap;
+	} else if (gap / run->pitch != run->rows || gap % run->pitch) {
+		return false;
+	}
+	run->rows++;
+	return true;
+}
+
+int gpu_stage_flush(struct gpu_stage *st, const struct gpu_stage_ops *ops)
+{
+	struct gpu_run run = st->run;
+
+	if (!run.rows)
+		return 0;
+	memset(&st->run, 0, sizeof(st->run));
+	st->busy[st->run_off >= st->half] = true;
+	return ops->copy(ops->arg, &run, st->run_off);
+}
+
+int gpu_stage_place(struct gpu_stage *st, const struct gpu_stage_ops *ops, uint64_t len,
+		    uint64_t col, uint64_t *off)
+{
+	int rc;
+
+	if (col == 0) {
+		if (st->used + len > st->half) {
+			rc = gpu_stage_flush(st, ops);
+			if (rc < 0)
+				return rc;
+			st->filling ^= 1;
+			st->used = 0;
+			if (st->busy[st->filling]) {
+				rc = ops->wait(ops->arg, st->filling);
+				if (rc < 0)
+					return rc;
+				st->busy[st->filling] = false;
+			}
+		}
+		st->row_off = st->filling * st->half + st->used;
+		st->used += len;
+	}
+	*off = st->row_off + col;
+	return 0;
+}
+
+int gpu_stage_placed(struct gpu_stage *st, const struct gpu_stage_ops *ops, uint64_t row_dst,
+		     uint64_t len, uint64_t col, uint64_t width)
+{
+	int rc;
+
+	if (col + width < len)
+		return 0; /* the rest of the row comes next */
+	if (!gpu_run_add(&st->run, row_dst, len)) {
+		rc = gpu_stage_flush(st, ops);
+		if (rc < 0)
+			return rc;
+		(void)gpu_run_add(&st->run, row_dst, len); /* empty: takes it */
+	}
+	if (st->run.rows == 1)
+		st->run_off = st->row_off;
+	return 0;
 }

@@ -6,7 +6,9 @@
  * once to its packed place, and cut a row that straddles a block boundary
  * into its two parts. A table of fixed cases (rows that straddle, rows that
  * end exactly on a boundary, strides larger than a block, tensor-parallel
- * shapes) is followed by seeded random ranges. Exits 0 on pass, 1 on fail.
+ * shapes) is followed by seeded random ranges, each walked twice: as is,
+ * and with the rows that a block's end cuts gathered into runs
+ * (gpu_run_add), as copy.c does. Exits 0 on pass, 1 on fail.
  */
 #define _GNU_SOURCE
 #include "gpu.h"
@@ -15,6 +17,22 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+
+/* Copies piece @p of @r's walk from the "file" (byte i is i * 131 >> 3) to
+ * its packed place in @dst, counting each byte's copies in @seen. */
+static void put_piece(const struct gpu_range *r, const struct gpu_rows *p, unsigned char *dst,
+		      unsigned char *seen)
+{
+	uint64_t i, j;
+
+	for (i = 0; i < p->height; i++)
+		for (j = 0; j < p->width; j++) {
+			uint64_t d = p->dst - r->dst_off + i * p->width + j;
+
+			dst[d] = (unsigned char)((p->file_off + i * p->src_pitch + j) * 131 >> 3);
+			seen[d]++;
+		}
+}
 
 /* Walks @r over a "file" whose byte i is byte(i), in blocks of @bs bytes,
  * as copy.c does, and checks every piece. Returns the number of pieces. */
@@ -48,14 +66,7 @@ static uint64_t replay(const struct gpu_range *r, uint64_t bs, const char *what)
 			bad = 1;
 			break;
 		}
-		for (i = 0; i < p.height; i++)
-			for (j = 0; j < p.width; j++) {
-				uint64_t d = p.dst - r->dst_off + i * p.width + j;
-
-				dst[d] =
-				    (unsigned char)((p.file_off + i * p.src_pitch + j) * 131 >> 3);
-				seen[d]++;
-			}
+		put_piece(r, &p, dst, seen);
 	}
 	CHECK(w.row == rows || r->len == 0, "%s: walk ended at row %llu of %llu", what,
 	      (unsigned long long)w.row, (unsigned long long)rows);
@@ -73,6 +84,167 @@ static uint64_t replay(const struct gpu_range *r, uint64_t bs, const char *what)
 	free(dst);
 	free(seen);
 	return pieces;
+}
+
+/* A fake device for the gather (gpu_stage_*): copies are queued when
+ * issued and done only when their half is waited for, or at the end, so
+ * that a half refilled before its copies completed corrupts what they copy. */
+struct fake_dev {
+	const struct gpu_range *r;
+	unsigned char *stage, *dst, *seen;
+	uint64_t half;
+	struct gpu_run *q; /* issued, not yet done */
+	uint64_t *q_off, nq, runs;
+};
+
+static void fake_done(struct fake_dev *d, int h)
+{
+	uint64_t k, n = 0, i, j;
+
+	for (k = 0; k < d->nq; k++) {
+		const struct gpu_run *run = &d->q[k];
+
+		if (h >= 0 && (d->q_off[k] >= d->half) != (uint64_t)h) {
+			d->q[n] = d->q[k];
+			d->q_off[n++] = d->q_off[k];
+			continue;
+		}
+		for (i = 0; i < run->rows; i++)
+			for (j = 0; j < run->len; j++) {
+				uint64_t at = run->dst - d->r->dst_off + i * run->pitch + j;
+
+				d->dst[at] = d->stage[d->q_off[k] + i * run->len + j];
+				d->seen[at]++;
+			}
+	}
+	d->nq = n;
+}
+
+static int fake_copy(void *arg, const struct gpu_run *run, uint64_t off)
+{
+	struct fake_dev *d = arg;
+
+	CHECK(run->rows > 0 && off + run->rows * run->len <= 2 * d->half, "copy inside the buffer");
+	CHECK(run->rows == 1 || (run->pitch >= run->len && run->pitch <= GPU_MAX_PITCH));
+	d->q = realloc(d->q, (d->nq + 1) * sizeof(*d->q));
+	d->q_off = realloc(d->q_off, (d->nq + 1) * sizeof(*d->q_off));
+	d->q[d->nq] = *run;
+	d->q_off[d->nq++] = off;
+	d->runs++;
+	return 0;
+}
+
+static int fake_wait(void *arg, unsigned h)
+{
+	fake_done(arg, (int)h);
+	return 0;
+}
+
+/* Walks @r as copy.c does with gathering on: the parts of a row that a
+ * block's end cuts (a row of at most GPU_GATHER_ROW_MAX bytes) go through
+ * gpu_stage_place/placed into a staging buffer of two halves of @half bytes,
+ * the runs to the fake device; the other pieces straight to the buffer.
+ * Checks every byte lands once in its place, and returns the runs copied. */
+static uint64_t replay_gather(const struct gpu_range *r, uint64_t bs, uint64_t half,
+			      const char *what)
+{
+	uint64_t rows = gpu_range_rows(r), total = rows * r->len, i, j, col, off;
+	struct fake_dev d = {.r = r, .half = half};
+	struct gpu_stage st = {.half = half};
+	const struct gpu_stage_ops ops = {fake_copy, fake_wait, &d};
+	struct gpu_walk w = {0, 0};
+	struct gpu_rows p;
+
+	d.stage = calloc(1, 2 * half);
+	d.dst = calloc(1, total + 1);
+	d.seen = calloc(1, total + 1);
+	for (;;) {
+		uint64_t pos = gpu_walk_pos(r, &w);
+
+		col = w.col;
+		if (gpu_walk_next(r, &w, bs - pos % bs, &p) != 1)
+			break;
+		if (rows > 1 && r->len <= GPU_GATHER_ROW_MAX && r->len <= half &&
+		    p.width < r->len) {
+			CHECK(gpu_stage_place(&st, &ops, r->len, col, &off) == 0, "%s", what);
+			CHECK(off + p.width <= 2 * half, "%s: part inside the buffer", what);
+			for (j = 0; j < p.width; j++)
+				d.stage[off + j] = (unsigned char)((p.file_off + j) * 131 >> 3);
+			CHECK(gpu_stage_placed(&st, &ops, p.dst - col, r->len, col, p.width) == 0);
+			continue;
+		}
+		put_piece(r, &p, d.dst, d.seen);
+	}
+	CHECK(gpu_stage_flush(&st, &ops) == 0, "%s", what);
+	fake_done(&d, -1);
+	for (i = 0; i < rows; i++)
+		for (j = 0; j < r->len; j++) {
+			uint64_t at = i * r->len + j, src = r->file_off + i * r->src_stride + j;
+
+			if (d.seen[at] != 1 || d.dst[at] != (unsigned char)(src * 131 >> 3)) {
+				CHECK(
+				    0,
+				    "%s: gathered, byte %llu of row %llu copied %d times or wrong",
+				    what, (unsigned long long)j, (unsigned long long)i, d.seen[at]);
+				i = rows;
+				break;
+			}
+		}
+	free(d.stage);
+	free(d.dst);
+	free(d.seen);
+	free(d.q);
+	free(d.q_off);
+	return d.runs;
+}
+
+static int fail_copy(void *arg, const struct gpu_run *run, uint64_t off)
+{
+	(void)arg, (void)run, (void)off;
+	return -EIO;
+}
+
+/* An operation's error comes back from the call that made it. */
+static void test_stage_errors(void)
+{
+	struct gpu_stage st = {.half = 16};
+	const struct gpu_stage_ops ops = {fail_copy, fake_wait, NULL};
+	uint64_t off;
+
+	CHECK(gpu_stage_place(&st, &ops, 8, 0, &off) == 0 && off == 0);
+	CHECK(gpu_stage_placed(&st, &ops, 100, 8, 0, 8) == 0, "the run starts: no copy yet");
+	CHECK(gpu_stage_place(&st, &ops, 8, 0, &off) == 0 && off == 8);
+	CHECK(gpu_stage_placed(&st, &ops, 50, 8, 0, 8) == -EIO, "a row before the run: copy fails");
+	st = (struct gpu_stage){.half = 16};
+	CHECK(gpu_stage_place(&st, &ops, 8, 0, &off) == 0 &&
+	      gpu_stage_placed(&st, &ops, 100, 8, 0, 8) == 0);
+	CHECK(gpu_stage_place(&st, &ops, 8, 0, &off) == 0 &&
+	      gpu_stage_placed(&st, &ops, 108, 8, 0, 8) == 0);
+	CHECK(st.run.rows == 2 && st.run_off == 0, "two rows in one run");
+	CHECK(gpu_stage_place(&st, &ops, 8, 0, &off) == -EIO, "the half is full: its copy fails");
+}
+
+/* gpu_run_add() alone: which rows continue a run. */
+static void test_run_add(void)
+{
+	struct gpu_run run = {0};
+
+	CHECK(gpu_run_add(&run, 100, 8) && run.rows == 1 && run.dst == 100, "empty run takes it");
+	CHECK(!gpu_run_add(&run, 100, 8), "same destination");
+	CHECK(!gpu_run_add(&run, 50, 8), "a destination before the run");
+	CHECK(!gpu_run_add(&run, 104, 8), "overlapping the first row");
+	CHECK(!gpu_run_add(&run, 200, 9), "another length");
+	CHECK(!gpu_run_add(&run, 100 + GPU_MAX_PITCH + 1, 8), "pitch past CUDA's");
+	CHECK(run.rows == 1 && run.dst == 100 && run.len == 8, "refusals leave the run");
+	CHECK(gpu_run_add(&run, 108, 8) && run.pitch == 8 && run.rows == 2, "adjacent rows");
+	CHECK(gpu_run_add(&run, 116, 8) && run.rows == 3);
+	CHECK(!gpu_run_add(&run, 128, 8), "off the pitch");
+	CHECK(!gpu_run_add(&run, 132, 8), "a row skipped");
+	CHECK(gpu_run_add(&run, 124, 8) && run.rows == 4);
+	run = (struct gpu_run){0};
+	CHECK(gpu_run_add(&run, 0, 4096) && gpu_run_add(&run, 128 * 4096, 4096) &&
+		  gpu_run_add(&run, 256 * 4096, 4096) && run.pitch == 128 * 4096,
+	      "cut rows 128 rows apart");
 }
 
 static void test_check(void)
@@ -157,6 +329,20 @@ static void test_fixed(void)
 					 .count = 4096,
 					 .src_stride = 8192},
 		     M, "o_proj rank 1") <= 3 * 33);
+	/* the same rows gathered: every block's end cuts a row, 128 rows apart
+	 * in the buffer, so all 32 go in one run */
+	CHECK(replay_gather(&(struct gpu_range){.file_off = 8 * M + 4099,
+						.len = 4096,
+						.dst_off = 0,
+						.count = 4096,
+						.src_stride = 8192},
+			    M, 4 << 20, "o_proj rank 1, gathered") == 1);
+	/* a pitch that does not divide the block: the cut drifts along the row
+	 * and some blocks' ends fall between rows; still every byte once */
+	CHECK(replay_gather(
+		  &(struct gpu_range){
+		      .file_off = 5, .len = 3000, .dst_off = 9, .count = 2000, .src_stride = 6000},
+		  M, 4 << 20, "drifting cut") >= 1);
 	replay(&(struct gpu_range){.file_off = 777,
 				   .len = 100 * 7 * 8,
 				   .dst_off = 13,
@@ -185,12 +371,16 @@ static void test_random(void)
 		r.dst_off = NEXT() % 64;
 		snprintf(what, sizeof(what), "random %d (bs %llu)", i, (unsigned long long)bs);
 		replay(&r, bs, what);
+		/* halves of one to four rows: they fill and swap often */
+		replay_gather(&r, bs, r.len * (1 + NEXT() % 4), what);
 	}
 }
 
 int main(void)
 {
 	test_check();
+	test_run_add();
+	test_stage_errors();
 	test_fixed();
 	test_random();
 	if (failures)

@@ -125,6 +125,54 @@ def test_slice_rows_straddling_blocks(tmp):
             assert m.stats()["gpu_load_bytes"] - s0["gpu_load_bytes"] == slice_bytes(want)
 
 
+def cut_rows(start, rows, pitch, col, length, bs):
+    """How many rows' parts [col, col + length) a block's end cuts."""
+    return sum((start + r * pitch + col) // bs != (start + r * pitch + col + length - 1) // bs
+               for r in range(rows))
+
+
+def test_cut_rows_gathered(tmp):
+    """The rows of a dim-1 slice that a block's end cuts are gathered on the
+    CPU and copied in runs: each rank's slices are bitwise equal to
+    get_slice, and the daemon counts exactly the rows cut. One tensor's row
+    pitch divides the block (its cuts lie equally far apart: one run), the
+    other's does not (the cut drifts along the row)."""
+    torch = need_gpu()
+    import json
+    import struct
+    from safetensors import safe_open
+    gen = torch.Generator().manual_seed(26)
+    shapes = {"even": [1024, 4096], "drift": [700, 3001]}  # bf16: rows of 8192, 6002 bytes
+    entries = [("pad", "U8", [5], b"\x07" * 5)]
+    for name, (rows, cols) in shapes.items():
+        data = torch.randint(0, 256, (rows * cols * 2,), dtype=torch.uint8, generator=gen)
+        entries.append((name, "BF16", [rows, cols], bytes(data.numpy())))
+    src = str(tmp / "src" / "cut.safetensors")
+    write_raw(src, entries)
+    with open(src, "rb") as f:
+        hlen = struct.unpack("<Q", f.read(8))[0]
+        header = json.loads(f.read(hlen))
+    with mcfs_mount(str(tmp / "src"), str(tmp / "mnt"), opts=OPTS) as m, \
+            safe_open(src, framework="pt", device="cpu") as own:
+        for rank in (0, 1):
+            slices, cut = {}, 0
+            for name, (rows, cols) in shapes.items():
+                lo, hi = rank * (cols // 2), cols if rank else cols // 2
+                slices[name] = (1, lo, hi)
+                cut += cut_rows(8 + hlen + header[name]["data_offsets"][0], rows, cols * 2,
+                                lo * 2, (hi - lo) * 2, 1 << 20)
+            assert cut > 0, "the file's layout cuts no row of rank %d" % rank
+            s0 = m.stats()
+            got = mcfs.load_file(m.p("cut.safetensors"), device="cuda:0",
+                                 tensors=list(shapes), slices=slices)
+            s1 = m.stats()
+            for name, sl in slices.items():
+                same_cpu(torch, got[name], own.get_slice(name)[index(*sl)], (rank, name))
+            assert s1["gpu_rows_gathered"] - s0["gpu_rows_gathered"] == cut, rank
+            assert s1["gpu_load_bytes"] - s0["gpu_load_bytes"] == sum(
+                slice_bytes(t) for t in got.values())
+
+
 LLAMA = [("model.layers.0.self_attn.q_proj.weight", [512, 768]),
          ("model.layers.0.self_attn.k_proj.weight", [256, 768]),
          ("model.layers.0.self_attn.v_proj.weight", [256, 768]),
