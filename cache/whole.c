@@ -25,10 +25,10 @@
  * Bounds: a file larger than half the disk tier is not fetched whole (its
  * open reads through the cache). The whole fetches running share the fetch
  * threads' warm-up window in the order they were asked for, the opens that
- * wait first (share()). The background queues a directory's files of one suffix at
- * most once per WHOLE_DIRS such queueings (so a server's open of config.json
- * queues the other .json files, and its first shard's open the shards), a
- * sibling only while what it queued fits in half the disk tier.
+ * wait first (share()). The background queues a directory's files of one
+ * suffix at most once per WHOLE_DIRS such queueings (so a server's open of
+ * config.json queues the other .json files, and its first shard's open the
+ * shards), a sibling only while what it queued fits in half the disk tier.
  *
  * Lock: w->lock (leaf) guards the queue, the directory ring and the
  * running fetches; never held across a call into the rest of the cache.
@@ -47,10 +47,10 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#define WHOLE_DIRS 16	    /* directories (with a suffix) remembered as queued */
-#define WHOLE_THREADS 8	    /* files fetched whole in the background at once */
-#define WHOLE_ROUNDS 3	    /* passes over a file's missing blocks before giving up */
-#define WHOLE_PACE 8	    /* blocks between two waits for the disk writers */
+#define WHOLE_DIRS 16	/* directories (with a suffix) remembered as queued */
+#define WHOLE_THREADS 8 /* files fetched whole in the background at once */
+#define WHOLE_ROUNDS 3	/* passes over a file's missing blocks before giving up */
+#define WHOLE_PACE 8	/* blocks between two waits for the disk writers */
 
 struct whole_job {
 	struct whole_job *next;
