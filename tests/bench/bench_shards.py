@@ -17,12 +17,20 @@ and, once its write-behind is done, the warm pass. The last column is the pass's
 the local row. The counters under the table are the cold pass's (whole_*, fuse_*,
 passthrough_*, store_*, backing_*, disk_*).
 
+With --profile DIR, each cold pass is also recorded, to find where its time goes: `perf
+record -a -g` (when perf is installed) into DIR/coldN.perf.data, and a sample of the
+daemon's threads every 5 ms (name, state, and what a sleeping one waits in: /proc's wchan)
+into DIR/coldN-threads.txt, as the share of samples in each; the profile starts before the
+pass's clock, and perf's own start is waited for.
+
 Needs root and nginx. Method as bench_loaders.py's (RAM pretouched before each mcfs
 pass, DAMON paused); every mount and server it starts is stopped on exit.
 """
 import argparse
 import os
 import shutil
+import signal
+import subprocess
 import sys
 import tempfile
 import time
@@ -64,6 +72,32 @@ def cold_mount(work, url, files, opts, size):
         yield m, mf
 
 
+@contextmanager
+def profiled(outdir, label, pid):
+    """Records what runs inside the block (see the module's doc) when @outdir is set."""
+    if not outdir:
+        yield
+        return
+    os.makedirs(outdir, exist_ok=True)
+    perf = None
+    if shutil.which("perf"):
+        perf = subprocess.Popen(["perf", "record", "-a", "-g", "-F", "997", "-o",
+                                 os.path.join(outdir, label + ".perf.data")],
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        time.sleep(1.0)  # perf's own start, before the pass's clock
+    sampler = subprocess.Popen([sys.executable, os.path.join(HERE, "thread_sampler.py"), str(pid),
+                                os.path.join(outdir, label + "-threads.txt")],
+                               stdout=subprocess.PIPE, text=True)
+    sampler.stdout.readline()  # it takes SIGTERM now
+    try:
+        yield
+    finally:
+        for p in (sampler, perf):
+            if p:
+                p.send_signal(signal.SIGTERM if p is sampler else signal.SIGINT)
+                p.communicate()
+
+
 def one_shard(f, buf):
     """(open s, read s, bytes) of shard @f, each tensor copied into @buf."""
     t0 = time.perf_counter()
@@ -93,6 +127,8 @@ def main():
     ap.add_argument("--shards", type=int, default=8)
     ap.add_argument("--threads", type=int, default=1,
                     help="threads taking the shards in turn (8: bench_loaders' 8-thread row)")
+    ap.add_argument("--profile", metavar="DIR",
+                    help="record each cold pass into DIR (perf, the daemon's threads)")
     ap.add_argument("opts", nargs="*", default=None,
                     help='mcfs -o options, one argument per mount ("" for the defaults)')
     a = ap.parse_args()
@@ -121,7 +157,9 @@ def main():
             for opts in optsets:
                 with cold_mount(work, ng.url, files, opts, a.size) as (m, mf):
                     s0 = m.stats()
-                    rows.append(("mcfs cold, %s" % (opts or "defaults"), one_pass(mf, a.threads)))
+                    with profiled(a.profile, "cold%d" % (len(notes) + 1), m.proc.pid):
+                        cold = one_pass(mf, a.threads)
+                    rows.append(("mcfs cold, %s" % (opts or "defaults"), cold))
                     s1 = m.stats()
                     notes.append("%s: %s" % (opts or "defaults", ", ".join(
                         "%s %d" % (k, s1[k] - s0[k]) for k in sorted(s1)
