@@ -64,8 +64,11 @@ def cold_mount(work, url, files, opts, size):
     drop_caches()
     for f in files:
         warm(f)
-    o = ["cache_dir=" + cache] + [x for x in opts.split(",") if x]
-    with mcfs_mount(url, mnt, opts=o, timeout=120) as m:
+    o = ["cache_dir=" + cache] + [x for x in opts.split(",")
+                                  if x and not x.startswith(("bin=", "env:"))]
+    binary = ([x[4:] for x in opts.split(",") if x.startswith("bin=")] or [None])[-1]
+    env = dict(x[4:].split("=", 1) for x in opts.split(",") if x.startswith("env:"))
+    with mcfs_mount(url, mnt, opts=o, timeout=120, binary=binary, env=env) as m:
         mf = [os.path.join(mnt, os.path.basename(f)) for f in files]
         wait_started(m, mf[0])
         pretouch(max(3072, size // (1 << 20) + 1024))
@@ -130,7 +133,9 @@ def main():
     ap.add_argument("--profile", metavar="DIR",
                     help="record each cold pass into DIR (perf, the daemon's threads)")
     ap.add_argument("opts", nargs="*", default=None,
-                    help='mcfs -o options, one argument per mount ("" for the defaults)')
+                    help='mcfs -o options, one argument per mount ("" for the defaults); '
+                    'bin=PATH among them runs that mcfs binary (a build to compare), env:NAME=VALUE '
+                    'sets its environment')
     a = ap.parse_args()
     optsets = a.opts if a.opts else ["", "cold_whole=model,disk_direct=false"]
     if os.geteuid() != 0 or not have_nginx() or not os.access(MCFS, os.X_OK):
