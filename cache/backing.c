@@ -37,6 +37,7 @@
 #include "cache_stats.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -47,13 +48,21 @@ struct bfile {
 	struct bfile *next;
 	char *path;			 /* store path */
 	char version[CACHE_VERSION_MAX]; /* the version it holds */
+	uint64_t size;			 /* its size */
 	unsigned pins;			 /* hand-outs not yet put back */
 	bool doomed;			 /* evicted while pinned: dropped at the last put */
+	/* A copy in memory (whole_mem.c), sealed: handed out instead of the
+	 * version file while the entry lives, and closed at its last put. */
+	bool mem;
+	int memfd;
 };
 
 struct cache_backing {
 	pthread_mutex_t lock;
 	struct bfile *files; /* guarded by lock: versions pinned now */
+	uint64_t mem_bytes;  /* guarded by lock: the copies' bytes, claimed */
+	uint64_t mem_limit;  /* whole_mem: 0 = no copies */
+	int mem_mnt;	     /* guarded by lock: the copies' tmpfs, -1 none, -2 not tried */
 };
 
 static struct bfile *find(struct cache_backing *bk, const struct cache_file *f)
@@ -76,8 +85,119 @@ static void remove_entry(struct cache_backing *bk, struct bfile *e)
 	while (*pp != e)
 		pp = &(*pp)->next;
 	*pp = e->next;
+	if (e->mem) {
+		close(e->memfd);
+		bk->mem_bytes -= e->size;
+	}
 	free(e->path);
 	free(e);
+}
+
+/* @f's copy in memory, if it has one: a new descriptor of it in *fd, pinned.
+ * 0, -ENOENT (none) or -errno. */
+static int mem_get(struct cache_backing *bk, const struct cache_file *f, int *fd)
+{
+	struct bfile *e;
+	int rc = -ENOENT;
+
+	pthread_mutex_lock(&bk->lock);
+	e = find(bk, f);
+	if (e && e->mem) {
+		*fd = fcntl(e->memfd, F_DUPFD_CLOEXEC, 0);
+		rc = *fd < 0 ? -errno : 0;
+		if (rc == 0)
+			e->pins++;
+	}
+	pthread_mutex_unlock(&bk->lock);
+	return rc;
+}
+
+int cache_backing_mem_mount(struct cache *c)
+{
+	struct cache_backing *bk = c->backing;
+	int mnt;
+
+	pthread_mutex_lock(&bk->lock);
+	if (bk->mem_mnt == -2) {
+		mnt = cache_whole_mem_mount(bk->mem_limit);
+		if (mnt < 0)
+			MCFS_INFO("whole_mem: no tmpfs of our own with huge pages (%s): copies "
+				  "in memfds",
+				  strerror(-mnt));
+		bk->mem_mnt = mnt < 0 ? -1 : mnt;
+	}
+	mnt = bk->mem_mnt;
+	pthread_mutex_unlock(&bk->lock);
+	return mnt;
+}
+
+bool cache_backing_mem_claim(struct cache *c, uint64_t bytes)
+{
+	struct cache_backing *bk = c->backing;
+	bool ok;
+
+	if (!bk)
+		return false;
+	pthread_mutex_lock(&bk->lock);
+	ok = bytes <= bk->mem_limit && bk->mem_bytes <= bk->mem_limit - bytes;
+	if (ok)
+		bk->mem_bytes += bytes;
+	pthread_mutex_unlock(&bk->lock);
+	return ok;
+}
+
+void cache_backing_mem_release(struct cache *c, uint64_t bytes)
+{
+	struct cache_backing *bk = c->backing;
+
+	pthread_mutex_lock(&bk->lock);
+	bk->mem_bytes -= bytes;
+	pthread_mutex_unlock(&bk->lock);
+}
+
+int cache_backing_mem_add(struct cache *c, struct cache_file *f, int fd)
+{
+	struct cache_backing *bk = c->backing;
+	struct bfile *e = calloc(1, sizeof(*e));
+	bool taken;
+
+	if (e && !(e->path = strdup(f->path))) {
+		free(e);
+		e = NULL;
+	}
+	pthread_mutex_lock(&bk->lock);
+	taken = find(bk, f) != NULL; /* handed out already (its version file) */
+	if (e && !taken) {
+		snprintf(e->version, sizeof(e->version), "%s", f->version);
+		e->size = f->size;
+		e->mem = true;
+		e->memfd = fd;
+		e->next = bk->files;
+		bk->files = e;
+	}
+	pthread_mutex_unlock(&bk->lock);
+	if (e && !taken)
+		return 0;
+	if (e)
+		free(e->path);
+	free(e);
+	close(fd);
+	cache_backing_mem_release(c, f->size);
+	return e ? -EEXIST : -ENOMEM;
+}
+
+void cache_backing_mem_unused(struct cache *c, const struct cache_file *f)
+{
+	struct cache_backing *bk = c->backing;
+	struct bfile *e;
+
+	if (!bk)
+		return;
+	pthread_mutex_lock(&bk->lock);
+	e = find(bk, f);
+	if (e && e->mem && e->pins == 0)
+		remove_entry(bk, e);
+	pthread_mutex_unlock(&bk->lock);
 }
 
 int cache_backing_get(struct cache *c, struct cache_file *f, int *fd)
@@ -88,6 +208,9 @@ int cache_backing_get(struct cache *c, struct cache_file *f, int *fd)
 
 	if (!bk || !c->disk || f->size == 0)
 		return -ENOENT;
+	rc = mem_get(bk, f, fd); /* a copy in memory while there is one */
+	if (rc != -ENOENT)
+		return rc;
 	/* Only a version the disk tier holds whole: never a fetch at open. */
 	rc = cache_disk_pin_file(c->disk, f->path, f->version, f->size, fd);
 	if (rc == -ENOENT && cache_file_complete(c, f)) {
@@ -103,6 +226,12 @@ int cache_backing_get(struct cache *c, struct cache_file *f, int *fd)
 		return rc; /* logged there, but for -ENOENT (not whole) */
 	pthread_mutex_lock(&bk->lock);
 	e = find(bk, f);
+	if (e && e->mem) { /* a copy came meanwhile: that is what the kernel gets */
+		pthread_mutex_unlock(&bk->lock);
+		close(*fd);
+		cache_disk_unpin_file(c->disk, f->path, f->version, f->size);
+		return mem_get(bk, f, fd);
+	}
 	if (!e) {
 		n = calloc(1, sizeof(*n));
 		if (n && !(n->path = strdup(f->path))) {
@@ -111,6 +240,7 @@ int cache_backing_get(struct cache *c, struct cache_file *f, int *fd)
 		}
 		if (n) {
 			snprintf(n->version, sizeof(n->version), "%s", f->version);
+			n->size = f->size;
 			n->next = bk->files;
 			bk->files = e = n;
 		}
@@ -146,7 +276,7 @@ void cache_backing_put(struct cache *c, struct cache_file *f)
 	pthread_mutex_lock(&bk->lock);
 	e = find(bk, f);
 	if (e && e->pins > 0) {
-		found = true;
+		found = !e->mem; /* a copy pins nothing on disk */
 		if (--e->pins == 0) {
 			drop = e->doomed;
 			remove_entry(bk, e);
@@ -183,6 +313,9 @@ void cache_backing_stats(struct cache *c, struct cache_stats *out)
 
 	if (!c->backing || !c->disk)
 		return;
+	pthread_mutex_lock(&c->backing->lock);
+	out->whole_mem_bytes = c->backing->mem_bytes;
+	pthread_mutex_unlock(&c->backing->lock);
 	cache_disk_verify_stats(c->disk, &v);
 	out->backing_files = v.files;
 	out->backing_bytes = v.bytes;
@@ -197,6 +330,8 @@ int cache_backing_open(struct cache *c)
 	if (!bk)
 		return -ENOMEM;
 	pthread_mutex_init(&bk->lock, NULL);
+	bk->mem_limit = c->cfg->whole_mem;
+	bk->mem_mnt = -2;
 	c->backing = bk;
 	return 0;
 }
@@ -210,9 +345,13 @@ void cache_backing_close(struct cache *c)
 		return;
 	for (e = bk->files; e; e = next) {
 		next = e->next;
+		if (e->mem)
+			close(e->memfd);
 		free(e->path);
 		free(e);
 	}
+	if (bk->mem_mnt >= 0)
+		close(bk->mem_mnt);
 	pthread_mutex_destroy(&bk->lock);
 	free(bk);
 	c->backing = NULL;

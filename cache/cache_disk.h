@@ -48,6 +48,9 @@ void cache_backing_put(struct cache *c, struct cache_file *f);
  * waits for the whole file: seconds).
  */
 MCFS_MUST_CHECK int cache_whole_fetch(struct cache *c, struct cache_file *f);
+/* Drops @f's copy in memory (whole_mem) if no get holds it: the open it was
+ * made for did not take it. Can't fail. */
+void cache_backing_mem_unused(struct cache *c, const struct cache_file *f);
 /*
  * cold_whole=model: queues the other files of @f's directory whose names end
  * with @f's suffix, in name order, to be fetched whole in the background (a

@@ -317,6 +317,26 @@ void cache_backing_close(struct cache *c); /* NULL backing is fine */
 /* Marks @path's pinned versions (open through passthrough) to be evicted at their
  * last put; returns how many there are (the disk tier kept their blocks). */
 unsigned cache_backing_evict_path(struct cache *c, const char *path);
+/*
+ * backing.c's copies in memory (whole_mem.c). mem_claim: takes @bytes of
+ * whole_mem (false: no room, or whole_mem 0); mem_release gives them back.
+ * mem_add: @fd (sealed, of @f's bytes) becomes @f's backing file until the
+ * last put of its gets; it takes @fd and the claim in any case; 0, -EEXIST
+ * (the version is handed out already) or -ENOMEM.
+ */
+bool cache_backing_mem_claim(struct cache *c, uint64_t bytes);
+void cache_backing_mem_release(struct cache *c, uint64_t bytes);
+MCFS_MUST_CHECK int cache_backing_mem_add(struct cache *c, struct cache_file *f, int fd);
+/* whole_mem.c: a detached tmpfs of at most @limit bytes with huge pages, for
+ * the copies: its mount's descriptor, or -errno (EPERM: not root). */
+int cache_whole_mem_mount(uint64_t limit);
+
+/* backing.c: that mount's descriptor, made at the first call; -1 if none. */
+int cache_backing_mem_mount(struct cache *c);
+
+/* whole_mem.c: fills a memfd with @f's bytes through the cache, sealed, and
+ * makes it @f's backing file (above). 0, or -errno (logged): none made. */
+MCFS_MUST_CHECK int cache_whole_mem(struct cache *c, struct cache_file *f);
 /* whole.c: set up with the disk tier (0, or -ENOMEM); its background thread
  * stopped before the fetch threads; freed with the disk tier. */
 MCFS_MUST_CHECK int cache_whole_open(struct cache *c);

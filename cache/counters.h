@@ -309,7 +309,13 @@ enum cache_counter_type {
 	  "Blocks parked while another node fetches them (no fetch thread waits for them).")       \
 	X(FS, push_kept_opens, "push_kept_opens", COUNTER, "push_kept_opens_total", NULL,          \
 	  "Opens of a complete file kept in the page cache a push filled whole, not passthrough "  \
-	  "(whose backing file the disk tier wrote around the page cache).")
+	  "(whose backing file the disk tier wrote around the page cache).")                      \
+	X(CACHE, whole_mem_opens, "whole_mem_opens", COUNTER, "cold_whole_mem_opens_total", NULL,  \
+	  "Opens that waited for a copy of their file in memory, not for its file in cache_dir "   \
+	  "(whole_mem), then read it through passthrough.")                                        \
+	X(CACHE, whole_mem_bytes, "whole_mem_bytes", GAUGE, "cold_whole_mem_bytes", NULL,          \
+	  "Bytes of the copies in memory held now (whole_mem): each goes at its file's last "      \
+	  "close.")
 /* clang-format on */
 
 /* Why there is no disk tier (disk_off_reason); cache_disk_off_text() words it. */

@@ -56,6 +56,7 @@ struct whole_job {
 	struct whole_job *next;
 	char *path;
 	struct cache_attr attr;
+	bool disk; /* whole in the disk tier even if whole in RAM: a copy's file */
 };
 
 /* One whole fetch running, in w->running (share()): on its caller's stack. */
@@ -205,12 +206,56 @@ static int fetch_whole(struct cache *c, struct cache_file *f, bool open)
 	return rc;
 }
 
+static void queue(struct cache_whole *w, const char *path, const struct cache_attr *a, bool disk);
+
+/* True if the disk tier holds at least half of @f's blocks. No lock held. */
+static bool half_on_disk(struct cache *c, struct cache_file *f)
+{
+	uint64_t i, n = 0;
+
+	for (i = 0; i < f->nblocks && 2 * n < f->nblocks; i++)
+		n += on_disk(c, f, i);
+	return 2 * n >= f->nblocks;
+}
+
+/*
+ * An open's copy in memory (whole_mem.c), its version file queued behind
+ * the background's files: 0, or -errno (none made: the open waits for it).
+ * Not for a file the disk tier holds half of already (the background filled
+ * it, or an earlier read): its version file is nearer whole than a copy,
+ * which would read those blocks back from the disk (on one H100 host the
+ * second shard's copy, made so, took 250 ms where its file was whole in 1).
+ */
+static int copy(struct cache *c, struct cache_file *f)
+{
+	struct cache_attr a = {.size = f->size, .mode = S_IFREG | 0444};
+	int rc;
+
+	if (!c->whole->started) /* nobody would fill its version file */
+		return -ENOENT;
+	if (half_on_disk(c, f))
+		return -EEXIST;
+	rc = cache_whole_mem(c, f);
+	if (rc < 0)
+		return rc;
+	snprintf(a.version, sizeof(a.version), "%s", f->version);
+	queue(c->whole, f->path, &a, true);
+	return 0;
+}
+
 int cache_whole_fetch(struct cache *c, struct cache_file *f)
 {
 	int rc;
 
 	if (!c->whole || !c->disk || !fits(c, f))
 		return -ENOENT;
+	rc = copy(c, f);
+	pthread_mutex_lock(&c->lock);
+	if (rc == 0)
+		c->st.whole_mem_opens++;
+	pthread_mutex_unlock(&c->lock);
+	if (rc == 0)
+		return 0;
 	rc = fetch_whole(c, f, true);
 	pthread_mutex_lock(&c->lock);
 	if (rc == 0)
@@ -252,7 +297,7 @@ static bool dir_is_new(struct cache_whole *w, const char *key)
 	return true;
 }
 
-static void queue(struct cache_whole *w, const char *path, const struct cache_attr *a)
+static void queue(struct cache_whole *w, const char *path, const struct cache_attr *a, bool disk)
 {
 	struct whole_job *j = calloc(1, sizeof(*j));
 
@@ -261,6 +306,7 @@ static void queue(struct cache_whole *w, const char *path, const struct cache_at
 		return; /* out of memory: that file is only not fetched ahead */
 	}
 	j->attr = *a;
+	j->disk = disk;
 	pthread_mutex_lock(&w->lock);
 	if (w->tail)
 		w->tail->next = j;
@@ -310,7 +356,7 @@ void cache_whole_siblings(struct cache *c, const struct cache_file *f)
 		if (strcmp(path, f->path) == 0 || ents[i].attr.size > room)
 			continue;
 		room -= ents[i].attr.size;
-		queue(c->whole, path, &ents[i].attr);
+		queue(c->whole, path, &ents[i].attr, false);
 	}
 	free(ents);
 }
@@ -328,11 +374,14 @@ static void run_job(struct cache *c, struct whole_job *j)
 		return;
 	if (cache_file_get(c, j->path, &a, &f) < 0)
 		return;
-	if (!cache_file_complete(c, f) && fits(c, f) && fetch_whole(c, f, false) == 0) {
+	if ((j->disk || !cache_file_complete(c, f)) && fits(c, f) &&
+	    fetch_whole(c, f, false) == 0 && !j->disk) {
 		pthread_mutex_lock(&c->lock);
 		c->st.whole_background++;
 		pthread_mutex_unlock(&c->lock);
 	}
+	if (j->disk) /* its copy in memory, unless an open still reads it */
+		cache_backing_mem_unused(c, f);
 	cache_file_put(c, f);
 }
 

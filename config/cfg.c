@@ -178,6 +178,11 @@ static const struct key keys[] = {
      "model, file or off; with passthrough, an open of a file not whole in the disk tier "
      "first fetches it whole, then the kernel reads it from its file (file); model also "
      "fetches the other files of its directory with its suffix, in the background"},
+    {"whole_mem", KEY_SIZE, F(whole_mem), 0, 1024.0 * GiB, NULL,
+     "a size; with cold_whole, an open that waits for its file gets a copy of it in "
+     "memory (a tmpfs of mcfs's own with huge pages; a memfd if not root), filled from many "
+     "threads, while its file in cache_dir fills behind; at most this much at once (0 = "
+     "none: it waits for its file in cache_dir)"},
     {"cold_push", KEY_BOOL, F(cold_push), 0, 0, NULL,
      "true or false; a file not complete in the cache whose reader reads on past its first "
      "block is pushed into the page cache ahead of it (FUSE_NOTIFY_STORE) by pusher threads; "

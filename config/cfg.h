@@ -58,6 +58,7 @@ struct cfg {
 	char passthrough[8];	/* "auto" or "off": FUSE passthrough of complete files */
 	char cold_direct_io[8]; /* "auto" or "off": direct_io for opens of files not complete */
 	char cold_whole[8];	/* "model", "file" or "off": a cold open fetches the file whole */
+	uint64_t whole_mem;	/* bytes: cold_whole=model's copies in memory at once (0 = none) */
 	bool cold_push;		/* push cold files into the page cache ahead of their reader */
 	unsigned push_threads;	/* pusher threads (0: from the CPU count) */
 	bool disk_direct; /* the disk tier's files with O_DIRECT (else through the page cache) */

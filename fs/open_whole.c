@@ -62,21 +62,31 @@ static bool wants_whole(struct fs_session *s, fuse_ino_t ino)
 	return !complete;
 }
 
-/* Fetches @ino's file whole (cache_whole_fetch()) in the version the open
- * will confirm, which a listing's may not be (an http listing's mtime
- * against the HEAD's ETag); first its siblings are queued (model). */
-static void fetch_whole(struct fs_session *s, fuse_ino_t ino)
+/* Fetches @ino's file whole (cache_whole_fetch(): or its copy in memory) in
+ * the version the open will confirm, which a listing's may not be (an http
+ * listing's mtime against the HEAD's ETag); first its siblings are queued
+ * (model). Returns the file, or NULL; put it with fetched(). */
+static struct cache_file *fetch_whole(struct fs_session *s, fuse_ino_t ino)
 {
 	struct cache_file *f;
 
 	if (fs_inode_file_now(s, ino, &f) < 0)
-		return;
+		return NULL;
 	if (!cache_file_complete(s->cache, f)) {
 		cache_whole_siblings(s->cache, f);
 		if (cache_whole_fetch(s->cache, f) < 0)
 			MCFS_DEBUG("%s: not fetched whole at its open: read through the cache",
 				   cache_file_path(f));
 	}
+	return f;
+}
+
+/* After the open's answer: a copy in memory the open did not take goes. */
+static void fetched(struct fs_session *s, struct cache_file *f)
+{
+	if (!f)
+		return;
+	cache_backing_mem_unused(s->cache, f);
 	cache_file_put(s->cache, f);
 }
 
@@ -93,10 +103,12 @@ static void *opener_thread(void *arg)
 {
 	struct opener *o = arg;
 	struct fs_session *s = o->s;
+	struct cache_file *f;
 
 	pthread_setname_np(pthread_self(), "mcfs-open");
-	fetch_whole(s, o->ino);
+	f = fetch_whole(s, o->ino);
 	answer(s, o->req, o->ino, &o->fi, o->h);
+	fetched(s, f);
 	free(o);
 	pthread_mutex_lock(&s->opens_lock);
 	if (--s->opens_waiting == 0)
@@ -109,6 +121,7 @@ void fs_open_waiting(struct fs_session *s, fuse_req_t req, fuse_ino_t ino,
 		     struct fuse_file_info *fi, struct fs_handle *h)
 {
 	struct opener *o = NULL;
+	struct cache_file *f;
 	pthread_attr_t at;
 	pthread_t tid;
 	bool started = false;
@@ -137,8 +150,9 @@ void fs_open_waiting(struct fs_session *s, fuse_req_t req, fuse_ino_t ino,
 			pthread_cond_broadcast(&s->opens_idle);
 		pthread_mutex_unlock(&s->opens_lock);
 	}
-	fetch_whole(s, ino); /* no thread: this worker waits, as it did */
+	f = fetch_whole(s, ino); /* no thread: this worker waits, as it did */
 	answer(s, req, ino, fi, h);
+	fetched(s, f);
 }
 
 void fs_open_drain(struct fs_session *s)

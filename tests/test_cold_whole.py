@@ -330,3 +330,87 @@ def test_opens_waiting_for_their_whole_fetch_hold_no_fuse_worker(tmp):
         st = h.m.stats()
         assert st["whole_opens"] == 3 and st["passthrough_opens"] == 3, st
         assert st["fuse_reads"] == 0, st
+
+
+def test_whole_mem_answers_the_open_from_a_copy_in_memory_and_fills_its_file_behind(tmp):
+    """whole_mem: the open that waits gets a sealed copy of its file in memory,
+    read through passthrough (no FUSE READ); the copy goes at the last close, and
+    the file's version file fills behind, so that the next open reads that, and
+    the store is read once."""
+    need_passthrough()
+    names = ["model-%05d-of-00003.safetensors" % i for i in (1, 2, 3)]
+    src = tmp / "src" / "llm"
+    datas = [write_random(str(src / n), SIZE + i * 4096, seed=270 + i)
+             for i, n in enumerate(names)]
+    with mcfs_mount(str(tmp / "src"), str(tmp / "mnt"),
+                    opts=opts(tmp, "cold_whole=model", "whole_mem=16M")) as m:
+        drop_caches()
+        with open(m.p("llm/" + names[0]), "rb") as f, \
+                mmap.mmap(f.fileno(), 0, prot=mmap.PROT_READ) as mm:
+            st = m.stats()
+            assert st["whole_mem_opens"] == 1 and st["whole_opens"] == 0, st
+            assert st["whole_mem_bytes"] == len(datas[0]), st  # held while open
+            assert sha(bytes(mm)) == sha(datas[0])
+            # the copy: a nameless file on the daemon's own tmpfs (huge pages), or
+            # a memfd where it may not mount one (the log says which)
+            fds = "/proc/%d/fd" % st["pid"]
+            links = [os.readlink(os.path.join(fds, n)) for n in os.listdir(fds)]
+            memfds = [ln for ln in links if ln.startswith("/memfd:mcfs-whole-")]
+            no_tmpfs = "no tmpfs of our own" in m.log()
+            assert len(memfds) == (1 if no_tmpfs else 0), (links, no_tmpfs)
+        assert wait_for(lambda: m.stats()["whole_mem_bytes"] == 0, timeout=60), \
+            "the copy outlived its last close: %s" % m.stats()
+        assert wait_for(lambda: m.stats()["whole_background"] == 2, timeout=60), m.stats()
+        st0 = m.stats()
+        assert st0["passthrough_opens"] == 1 and st0["fuse_reads"] == 0, st0
+        drop_caches()
+        for n, d in zip(names, datas):
+            assert sha(mmap_read(m.p("llm/" + n))) == sha(d), n
+        st = m.stats()
+        # every open after the copy's found its file whole in cache_dir
+        assert st["passthrough_opens"] == 4 and st["whole_mem_opens"] == 1, st
+        assert st["whole_opens"] == 0 and st["fuse_reads"] == 0, st
+        assert st["backing_files"] == 3, st
+        assert st["store_bytes"] == sum(len(d) for d in datas), st
+
+
+def test_whole_mem_a_file_larger_than_it_waits_for_its_version_file(tmp):
+    need_passthrough()
+    data = write_random(str(tmp / "src" / "m.bin"), SIZE, seed=275)
+    with mcfs_mount(str(tmp / "src"), str(tmp / "mnt"),
+                    opts=opts(tmp, "cold_whole=model", "whole_mem=4M")) as m:
+        drop_caches()
+        assert sha(mmap_read(m.p("m.bin"))) == sha(data)
+        st = m.stats()
+        assert st["whole_mem_opens"] == 0 and st["whole_opens"] == 1, st
+        assert st["passthrough_opens"] == 1 and st["fuse_reads"] == 0, st
+        assert st["whole_mem_bytes"] == 0, st
+
+
+@pytest.mark.parametrize("blocks, copied", [(1, True), (4, False)])
+def test_whole_mem_no_copy_of_a_file_half_on_disk_already(tmp, blocks, copied):
+    """A file the disk tier holds half of (here: 4 of its 7 blocks, read first
+    through the cache by an O_NONBLOCK open) gets no copy in memory: its open
+    waits for its version file, nearer whole than a copy that would read those
+    blocks back. With 1 block of 7 on disk the open gets its copy."""
+    need_passthrough()
+    data = write_random(str(tmp / "src" / "m.bin"), SIZE, seed=276)
+    with mcfs_mount(str(tmp / "src"), str(tmp / "mnt"),
+                    opts=opts(tmp, "cold_whole=model", "whole_mem=16M", "readahead_max=0",
+                              "read_ahead_kb=128")) as m:
+        fd = os.open(m.p("m.bin"), os.O_RDONLY | os.O_NONBLOCK)
+        try:
+            assert os.pread(fd, blocks * MiB, 0) == data[:blocks * MiB]
+        finally:
+            os.close(fd)
+        assert wait_for(lambda: m.stats()["disk_indexed"] >= blocks, timeout=30), m.stats()
+        st0 = m.stats()
+        assert st0["disk_indexed"] == blocks and st0["whole_opens"] == 0, st0
+        drop_caches()
+        assert sha(mmap_read(m.p("m.bin"))) == sha(data)
+        st = m.stats()
+        assert st["whole_mem_opens"] == (1 if copied else 0), st
+        assert st["whole_opens"] == (0 if copied else 1), st
+        # the mapping read the copy or the version file: no READ past the pread's
+        assert st["passthrough_opens"] == 1 and st["fuse_reads"] == st0["fuse_reads"], st
+        assert st["store_bytes"] == SIZE, st  # every block from the store once
