@@ -231,7 +231,7 @@ static int copy(struct cache *c, struct cache_file *f)
 	struct cache_attr a = {.size = f->size, .mode = S_IFREG | 0444};
 	int rc;
 
-	if (!c->whole->started) /* nobody would fill its version file */
+	if (!c->whole->started || !c->cfg->whole_mem) /* started: the background fills its file */
 		return -ENOENT;
 	if (half_on_disk(c, f))
 		return -EEXIST;

@@ -172,11 +172,11 @@ static int freeze(int fd, bool memfd)
 
 int cache_whole_mem(struct cache *c, struct cache_file *f)
 {
-	int mnt = cache_backing_mem_mount(c);
-	int fd, rc;
+	int mnt, fd, rc;
 
-	if (!cache_backing_mem_claim(c, f->size))
+	if (!cache_backing_mem_claim(c, f->size)) /* whole_mem 0: no copy, and no mount */
 		return -ENOSPC;
+	mnt = cache_backing_mem_mount(c);
 	fd = new_copy(f, mnt);
 	if (fd < 0) {
 		rc = fd;
