@@ -315,7 +315,16 @@ enum cache_counter_type {
 	  "(whole_mem), then read it through passthrough.")                                        \
 	X(CACHE, whole_mem_bytes, "whole_mem_bytes", GAUGE, "cold_whole_mem_bytes", NULL,          \
 	  "Bytes of the copies in memory held now (whole_mem): each goes at its file's last "      \
-	  "close.")
+	  "close.")                                                                                \
+	X(DISK, writer_busy_ns, "disk_writer_busy_ns", COUNTER, NULL, NULL,                        \
+	  "Nanoseconds the disk writer threads spent on their jobs (open, fallocate, checksum, "   \
+	  "write), summed over the threads: against disk_writers times a span of wall time, how "  \
+	  "busy they were.")                                                                       \
+	X(DISK, writer_hash_ns, "disk_writer_hash_ns", COUNTER, NULL, NULL,                        \
+	  "Of disk_writer_busy_ns, the checksums (XXH3-64 of each block).")                        \
+	X(DISK, writer_capped, "disk_writer_capped", COUNTER, NULL, NULL,                          \
+	  "Times a disk writer thread slept while jobs were ready, every one of them for a "       \
+	  "version file that as many writers as one file may have were writing already.")
 /* clang-format on */
 
 /* Why there is no disk tier (disk_off_reason); cache_disk_off_text() words it. */

@@ -88,6 +88,7 @@ struct wjob {
 	struct dfile *file; /* its version file (its slot holds it), or NULL */
 	uint64_t seq;	    /* order taken off the queue */
 	uint64_t csum;	    /* XXH3_64bits of the bytes, once written */
+	uint64_t hash_ns;   /* the write's checksum took this long (disk_writer_hash_ns) */
 	uint32_t slot;	    /* DNIL: not written (no slot, or queued twice) */
 	int rc;
 	uint8_t state; /* enum wjob_state */

@@ -195,7 +195,10 @@ static int write_one(struct cache_disk *d, struct io_uring *ring, struct wjob *w
 	if (rc == 0 && fallocate(fd, 0, (off_t)off, (off_t)len) < 0 && errno != EOPNOTSUPP)
 		rc = -errno;
 	if (rc == 0) {
+		uint64_t t0 = mcfs_now_ns();
+
 		w->csum = XXH3_64bits(w->job.data, w->job.len);
+		w->hash_ns = mcfs_now_ns() - t0;
 		rc = cache_disk_rw(d, ring, true, fd, off, (char *)w->job.data, w->job.len);
 	}
 	if (fd >= 0)
@@ -209,17 +212,21 @@ static int write_one(struct cache_disk *d, struct io_uring *ring, struct wjob *w
 }
 
 /* The oldest READY job whose version file has room for one more writer
- * thread, or NULL. Lock held. */
-static struct wjob *next_ready(struct cache_disk *d)
+ * thread, or NULL; *@capped: some READY job had none. Lock held. */
+static struct wjob *next_ready(struct cache_disk *d, bool *capped)
 {
 	struct wjob *w, *best = NULL;
 	unsigned e;
 
 	MCFS_ASSERT_HELD(&d->lock);
+	*capped = false;
 	for (e = 0; e < WB_WINDOW; e++) {
 		w = &d->wb[e];
-		if (w->state == WJ_READY && w->file->writing < per_file(d) &&
-		    (!best || w->seq < best->seq))
+		if (w->state != WJ_READY)
+			continue;
+		if (w->file->writing >= per_file(d))
+			*capped = true;
+		else if (!best || w->seq < best->seq)
 			best = w;
 	}
 	return best;
@@ -236,7 +243,8 @@ static void *write_thread(void *arg)
 	struct cache_disk *d = arg;
 	struct io_uring ring;
 	struct wjob *w = NULL;
-	bool ring_ok;
+	bool ring_ok, capped = false;
+	uint64_t t0;
 	int rc;
 
 	pthread_setname_np(pthread_self(), "mcfs-diskwr");
@@ -248,15 +256,21 @@ static void *write_thread(void *arg)
 	for (;;) {
 		/* Sleeps on d->wb_go (d->lock) until a job it may write is READY,
 		 * or quitting. A thread without a ring never takes one. */
-		while (!d->wb_quit && (!ring_ok || !(w = next_ready(d))))
+		while (!d->wb_quit && (!ring_ok || !(w = next_ready(d, &capped)))) {
+			d->st.writer_capped += capped;
 			pthread_cond_wait(&d->wb_go, &d->lock);
+		}
 		if (d->wb_quit)
 			break;
 		w->state = WJ_WRITING;
 		w->file->writing++;
+		w->hash_ns = 0;
 		pthread_mutex_unlock(&d->lock);
+		t0 = mcfs_now_ns();
 		rc = write_one(d, &ring, w);
 		pthread_mutex_lock(&d->lock);
+		d->st.writer_busy_ns += mcfs_now_ns() - t0;
+		d->st.writer_hash_ns += w->hash_ns;
 		w->file->writing--;
 		w->rc = rc;
 		w->state = WJ_WRITTEN;

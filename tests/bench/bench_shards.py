@@ -10,7 +10,9 @@ each tensor copied into a preallocated buffer), timed per shard in two parts: th
 open (safe_open: the open(2) and the header; under cold_whole the open waits for the
 file to be whole) and the read (every tensor). With --threads 8 it is the 8-thread
 row instead (one shard per thread, opened at once; one buffer per thread). Rows: the local files in page cache,
-then for each set of mcfs -o options given (default: "" and
+a peer (a curl process per shard, all started with the clock, downloading into local files
+in the page cache; each shard read once its download ends: a fetch of whole files straight
+into the page cache), then for each set of mcfs -o options given (default: "" and
 "cold_whole=model,disk_direct=false") a cold pass (a fresh daemon, empty cache_dir,
 drop_caches, the store's files re-read so that nginx serves them from its page cache)
 and, once its write-behind is done, the warm pass. The last column is the pass's GB/s and its ratio to
@@ -50,6 +52,7 @@ from conftest import MCFS, damon_paused, mcfs_mount  # noqa: E402
 from servers import Nginx, have_nginx  # noqa: E402
 
 BUFS = []
+DOWNLOADS = {}  # a local path: the curl process downloading it (the curl row)
 COUNTERS = ("whole", "fuse", "passthrough", "store", "backing", "disk", "cold")
 
 
@@ -102,8 +105,11 @@ def profiled(outdir, label, pid):
 
 
 def one_shard(f, buf):
-    """(open s, read s, bytes) of shard @f, each tensor copied into @buf."""
+    """(open s, read s, bytes) of shard @f, each tensor copied into @buf. A shard in
+    DOWNLOADS (its curl) is opened once its download ended: the wait counts as open."""
     t0 = time.perf_counter()
+    if f in DOWNLOADS and DOWNLOADS[f].wait() != 0:
+        raise RuntimeError("curl failed on %s" % f)
     sf = safetensors.safe_open(f, framework=L.FW)
     t1 = time.perf_counter()
     n = sum(L.copy_in(sf.get_tensor(name), buf) for name in sf.keys())
@@ -122,6 +128,34 @@ def one_pass(paths, threads=1):
             shards = list(ex.map(one_shard, paths,
                                  [BUFS[i % threads] for i in range(len(paths))]))
     return time.perf_counter() - t00, shards
+
+
+def curl_pass(work, url, files, threads):
+    """The loop over local copies that one curl per shard downloads from @url, all
+    started with the pass's clock (page cache dropped, the store's files re-read):
+    what fetching each file whole straight into the page cache, then reading it, costs."""
+    dst = os.path.join(work, "curl")
+    shutil.rmtree(dst, ignore_errors=True)
+    os.makedirs(dst)
+    drop_caches()
+    for f in files:
+        warm(f)
+    pretouch(max(3072, sum(os.path.getsize(f) for f in files) // (1 << 20) + 1024))
+    out = [os.path.join(dst, os.path.basename(f)) for f in files]
+    t0 = time.perf_counter()
+    for f, o in zip(files, out):
+        DOWNLOADS[o] = subprocess.Popen(["curl", "-sf", "-o", o,
+                                         url + "/" + os.path.basename(f)])
+    try:
+        tot, shards = one_pass(out, threads)
+        return time.perf_counter() - t0, shards
+    finally:
+        for p in DOWNLOADS.values():
+            if p.poll() is None:
+                p.kill()
+            p.wait()
+        DOWNLOADS.clear()
+        shutil.rmtree(dst, ignore_errors=True)
 
 
 def main():
@@ -159,6 +193,9 @@ def main():
             for f in files:
                 warm(f)
             rows.append(("local file in page cache", one_pass(files, a.threads)))
+            rows.append(("peer: a curl per shard into local files, all at once; each "
+                         "shard read once its download ends", curl_pass(work, ng.url, files,
+                                                                        a.threads)))
             for opts in optsets:
                 with cold_mount(work, ng.url, files, opts, a.size) as (m, mf):
                     s0 = m.stats()
