@@ -324,7 +324,12 @@ enum cache_counter_type {
 	  "Of disk_writer_busy_ns, the checksums (XXH3-64 of each block).")                        \
 	X(DISK, writer_capped, "disk_writer_capped", COUNTER, NULL, NULL,                          \
 	  "Times a disk writer thread slept while jobs were ready, every one of them for a "       \
-	  "version file that as many writers as one file may have were writing already.")
+	  "version file that as many writers as one file may have were writing already.")         \
+	X(DISK, writer_own_ns, "disk_writer_own_ns", COUNTER, NULL, NULL,                          \
+	  "Nanoseconds the disk tier's own writer thread spent on its steps between the writes: "  \
+	  "taking jobs (the victims' index deletions and punches), publishing written ones (the "  \
+	  "index commit, each job's done()) and syncing the index. One thread: near the wall "     \
+	  "time, it holds the writes up.")
 /* clang-format on */
 
 /* Why there is no disk tier (disk_off_reason); cache_disk_off_text() words it. */

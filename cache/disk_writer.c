@@ -511,7 +511,7 @@ void *cache_disk_writer(void *arg)
 	struct batch batch, *b = &batch; /* on this thread's stack (about 1.2 KiB) */
 	pthread_t *threads;
 	unsigned h, nthreads;
-	uint64_t last_sync = mcfs_now_ns();
+	uint64_t last_sync = mcfs_now_ns(), t0;
 	bool unsynced = false, did;
 	struct timespec ts;
 	char why[256];
@@ -555,6 +555,7 @@ void *cache_disk_writer(void *arg)
 			deadline_in(&ts, SYNC_INTERVAL_NS - since);
 			pthread_cond_timedwait(&d->work, &d->lock, &ts);
 		}
+		t0 = mcfs_now_ns();
 		if (d->punch != DNIL) {
 			pthread_mutex_unlock(&d->lock);
 			punch_dead(d);
@@ -594,6 +595,7 @@ void *cache_disk_writer(void *arg)
 			unsynced = false;
 			pthread_mutex_lock(&d->lock);
 		}
+		d->st.writer_own_ns += mcfs_now_ns() - t0;
 		if (d->stopping && d->qlen == 0 && !d->wb_busy && !d->ndirty && d->punch == DNIL)
 			break;
 	}
