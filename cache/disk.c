@@ -32,7 +32,6 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
-#include <xxhash.h>
 
 #define PIECE (1u << 20) /* bytes per SQE: big enough for the disk, 8 per 8 MiB block */
 #define RING_DEPTH 64	 /* per read ring: a 64 MiB block in one submission */

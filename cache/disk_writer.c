@@ -56,7 +56,6 @@
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
-#include <xxhash.h>
 
 #define WB_RING_DEPTH 64	       /* 8 MiB blocks in 1 MiB pieces: 8 in flight */
 #define SYNC_INTERVAL_NS 1000000000ull /* LMDB flush at most once a second */
