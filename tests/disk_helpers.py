@@ -1,10 +1,16 @@
 """Helpers shared by the disk-tier suites (issue 5): a tree of files worth
-several blocks, its checksums, and waiting for write-behind to settle."""
+several blocks, its checksums, waiting for write-behind to settle, and a
+cache filesystem of a test's own."""
+import contextlib
 import glob
 import hashlib
 import os
+import subprocess
 import time
 
+import pytest
+
+from conftest import need_root
 from gen import MiB, write_random
 
 # 1 MiB blocks keep the trees small while crossing many block boundaries.
@@ -78,3 +84,27 @@ def allocated(root):
 def drop_page_cache():
     with open("/proc/sys/vm/drop_caches", "w") as f:
         f.write("3\n")
+
+
+@contextlib.contextmanager
+def loop_fs(tmp, size_mib=256):
+    """An ext4 filesystem on a loop device, mounted at tmp/cachefs: a cache
+    filesystem of the test's own, which no other process fills or freezes."""
+    need_root()
+    img, mnt = str(tmp / "cache.img"), str(tmp / "cachefs")
+    os.makedirs(mnt)
+    with open(img, "wb") as f:
+        f.truncate(size_mib * MiB)
+    for cmd in (["mkfs.ext4", "-q", "-F", img], ["mount", "-o", "loop", img, mnt]):
+        try:
+            r = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
+        except FileNotFoundError:
+            pytest.skip("%s is not installed: no loop-mounted cache filesystem" % cmd[0])
+        if r.returncode != 0:
+            pytest.skip("%s failed (%s): no loop-mounted cache filesystem"
+                        % (" ".join(cmd[:3]), r.stderr.strip()))
+    try:
+        yield mnt
+    finally:
+        subprocess.run(["fsfreeze", "-u", mnt], capture_output=True)
+        subprocess.run(["umount", mnt], check=True)

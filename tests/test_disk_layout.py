@@ -10,8 +10,8 @@ import threading
 import time
 
 from conftest import mcfs_mount
-from disk_helpers import (OPTS, allocated, drop_page_cache, make_model_tree, settle, store_dir,
-                          tree_sums, version_files)
+from disk_helpers import (OPTS, allocated, drop_page_cache, loop_fs, make_model_tree, settle,
+                          store_dir, tree_sums, version_files)
 from gen import MiB, write_random
 from fuse_knobs import features
 from test_crash_safety import _read_all
@@ -68,10 +68,16 @@ def test_cache_dir_holds_each_byte_once(tmp):
 def test_restart_keeps_every_warm_block_and_the_size(tmp):
     """disk_cache left at its default (a share of the free space plus what the
     tier holds): a restart sizes the tier as before and serves every block from
-    disk, with no store read."""
+    disk, with no store read. The cache directory is on a filesystem of the
+    test's own: on a shared one, another process's writes between the two
+    mounts move the free space, and with it the default size."""
+    with loop_fs(tmp) as cachefs:
+        restart_keeps_every_warm_block(tmp, os.path.join(cachefs, "cache"))
+
+
+def restart_keeps_every_warm_block(tmp, cache):
     src = str(tmp / "src")
     sums = make_model_tree(src, n=4)
-    cache = str(tmp / "cache")
     opts = OPTS + ["cache_dir=" + cache]
     with mcfs_mount(src, str(tmp / "mnt"), opts=opts) as m:
         assert tree_sums(m.path, sums) == sums

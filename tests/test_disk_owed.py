@@ -14,36 +14,11 @@ import os
 import subprocess
 import threading
 
-import pytest
-
-from conftest import mcfs_mount, need_root
-from disk_helpers import settle
+from conftest import mcfs_mount
+from disk_helpers import loop_fs, settle
 from gen import MiB, write_random
 
 OPTS = ["block_size=1M"]
-
-
-@contextlib.contextmanager
-def loop_fs(tmp, size_mib=256):
-    """An ext4 filesystem on a loop device, mounted at tmp/cachefs."""
-    need_root()
-    img, mnt = str(tmp / "cache.img"), str(tmp / "cachefs")
-    os.makedirs(mnt)
-    with open(img, "wb") as f:
-        f.truncate(size_mib * MiB)
-    for cmd in (["mkfs.ext4", "-q", "-F", img], ["mount", "-o", "loop", img, mnt]):
-        try:
-            r = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
-        except FileNotFoundError:
-            pytest.skip("%s is not installed: no loop-mounted cache filesystem" % cmd[0])
-        if r.returncode != 0:
-            pytest.skip("%s failed (%s): no loop-mounted cache filesystem to freeze"
-                        % (" ".join(cmd[:3]), r.stderr.strip()))
-    try:
-        yield mnt
-    finally:
-        subprocess.run(["fsfreeze", "-u", mnt], capture_output=True)
-        subprocess.run(["umount", mnt], check=True)
 
 
 @contextlib.contextmanager
