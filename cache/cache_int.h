@@ -147,6 +147,8 @@ struct cache {
 	bool stopping;		    /* guarded by lock */
 	unsigned inflight;	    /* guarded by lock: fetches running */
 	uint64_t prefetch_bytes;    /* guarded by lock */
+	unsigned nwhole;	    /* guarded by lock: whole fetches running (whole.c) */
+	uint64_t whole_t0;	    /* guarded by lock: when the first of them started */
 	unsigned warm_jobs;	    /* guarded by lock: warm-up fetches queued or running */
 	struct cache_stats st;	    /* guarded by lock (counters only) */
 	struct cache_budget budget; /* guarded by lock: the slots' one budget (budget.h) */

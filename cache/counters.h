@@ -329,7 +329,24 @@ enum cache_counter_type {
 	  "Nanoseconds the disk tier's own writer thread spent on its steps between the writes: "  \
 	  "taking jobs (the victims' index deletions and punches), publishing written ones (the "  \
 	  "index commit, each job's done()) and syncing the index. One thread: near the wall "     \
-	  "time, it holds the writes up.")
+	  "time, it holds the writes up.")                                                         \
+	X(CACHE, fetch_busy_ns, "fetch_busy_ns", COUNTER, NULL, NULL,                              \
+	  "Nanoseconds the fetch threads spent in fetches (until the store or a tier answered), "  \
+	  "summed over the threads.")                                                              \
+	X(CACHE, whole_fill_ns, "whole_fill_ns", COUNTER, NULL, NULL,                              \
+	  "Nanoseconds of wall time while at least one whole fetch ran (cold_whole).")             \
+	X(CACHE, whole_fetch_idle_ns, "whole_fetch_idle_ns", COUNTER, NULL, NULL,                  \
+	  "Of those, the fetch threads' time with no job to run, summed over the threads: "        \
+	  "against their number times whole_fill_ns, how little work the whole fetches gave them.") \
+	X(CACHE, whole_settle_ns, "whole_settle_ns", COUNTER, NULL, NULL,                          \
+	  "Nanoseconds the whole fetches waited for their blocks (fetched and handed to the disk " \
+	  "tier), summed over the fetches.")                                                       \
+	X(CACHE, whole_pay_ns, "whole_pay_ns", COUNTER, NULL, NULL,                                \
+	  "Nanoseconds the whole fetches waited for room in the disk writers' queue for their "    \
+	  "owed blocks, summed over the fetches.")                                                 \
+	X(CACHE, whole_refusals, "whole_refusals", COUNTER, NULL, NULL,                            \
+	  "Warm-up fetches a whole fetch asked for and was refused (the warm-up window or the "    \
+	  "RAM budget was full): it waited for its next block instead.")
 /* clang-format on */
 
 /* Why there is no disk tier (disk_off_reason); cache_disk_off_text() words it. */

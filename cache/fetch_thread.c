@@ -123,8 +123,11 @@ void *cache_fetch_thread(void *arg)
 	pthread_mutex_lock(&c->lock);
 	for (;;) {
 		/* Sleeps on c->work (c->lock) until a job is queued or the cache stops. */
+		t0 = mcfs_now_ns();
 		while (!c->stopping && c->jobs.n == 0)
 			pthread_cond_wait(&c->work, &c->lock);
+		if (c->nwhole) /* idle while a whole fetch runs (whole_fetch_idle_ns) */
+			c->st.whole_fetch_idle_ns += mcfs_now_ns() - MCFS_MAX(t0, c->whole_t0);
 		if (c->stopping)
 			break;
 		b = cache_list_first(&c->jobs);
@@ -137,6 +140,7 @@ void *cache_fetch_thread(void *arg)
 		rc = fetch(c, b, &bytes, &from_tier);
 
 		pthread_mutex_lock(&c->lock);
+		c->st.fetch_busy_ns += mcfs_now_ns() - t0;
 		if (rc == FETCH_PARKED) {
 			/* b and the job's reference are the shared tier's until it
 			 * hands them back (it may have already: b is not ours to touch) */

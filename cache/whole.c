@@ -140,7 +140,7 @@ static unsigned share(struct cache *c, const struct whole_run *me)
  */
 static int one_pass(struct cache *c, struct cache_file *f, const struct whole_run *me)
 {
-	uint64_t i, next = 0;
+	uint64_t i, next = 0, t0, t1;
 	unsigned window = 0; /* set at block 0 */
 	int rc = 0;
 
@@ -153,20 +153,27 @@ static int one_pass(struct cache *c, struct cache_file *f, const struct whole_ru
 				continue;
 			}
 			rc = cache_warm(c, f, next);
-			if (rc == -EAGAIN)
-				break; /* the warm-up window or the budget is full */
+			if (rc == -EAGAIN) { /* the warm-up window or the budget is full */
+				pthread_mutex_lock(&c->lock);
+				c->st.whole_refusals++;
+				pthread_mutex_unlock(&c->lock);
+				break;
+			}
 			if (rc < 0)
 				return rc;
 			next++;
 		}
-		if (next <= i) { /* block i not asked for yet: wait for room */
-			(void)cache_block_settle(c, f, -1);
-			i--;
-			continue;
-		}
-		(void)cache_block_settle(c, f, (int64_t)i);
-		if (i % WHOLE_PACE == WHOLE_PACE - 1)
+		t0 = mcfs_now_ns();
+		(void)cache_block_settle(c, f, next <= i ? -1 : (int64_t)i);
+		t1 = mcfs_now_ns();
+		if (next > i && i % WHOLE_PACE == WHOLE_PACE - 1)
 			cache_tier_pay_owed(c, f); /* waits for room at the disk writers */
+		pthread_mutex_lock(&c->lock);
+		c->st.whole_settle_ns += t1 - t0;
+		c->st.whole_pay_ns += mcfs_now_ns() - t1;
+		pthread_mutex_unlock(&c->lock);
+		if (next <= i) /* block i was not asked for yet: that wait was for room */
+			i--;
 	}
 	return 0;
 }
@@ -181,6 +188,10 @@ static int fetch_whole(struct cache *c, struct cache_file *f, bool open)
 	uint64_t i;
 	int rc = -ENOENT;
 
+	pthread_mutex_lock(&c->lock);
+	if (c->nwhole++ == 0)
+		c->whole_t0 = mcfs_now_ns();
+	pthread_mutex_unlock(&c->lock);
 	pthread_mutex_lock(&w->lock);
 	me.seq = w->seq++;
 	me.next = w->running;
@@ -203,6 +214,10 @@ static int fetch_whole(struct cache *c, struct cache_file *f, bool open)
 		;
 	*pp = me.next;
 	pthread_mutex_unlock(&w->lock);
+	pthread_mutex_lock(&c->lock);
+	if (--c->nwhole == 0)
+		c->st.whole_fill_ns += mcfs_now_ns() - c->whole_t0;
+	pthread_mutex_unlock(&c->lock);
 	return rc;
 }
 

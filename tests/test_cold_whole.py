@@ -57,6 +57,13 @@ def test_a_cold_open_fetches_the_file_whole_then_reads_through_passthrough(tmp):
         assert st["fuse_reads"] == before["fuse_reads"], st
         assert st["store_bytes"] == SIZE, st
         assert st["whole_background"] == 0, st  # cold_whole=file: no siblings
+        # where the one whole fetch spent its time: its waits lie within the fill
+        fill = st["whole_fill_ns"] - before["whole_fill_ns"]
+        waits = (st["whole_settle_ns"] + st["whole_pay_ns"]
+                 - before["whole_settle_ns"] - before["whole_pay_ns"])
+        assert 0 < waits <= fill, st
+        assert st["fetch_busy_ns"] > before["fetch_busy_ns"], st
+        assert st["whole_fetch_idle_ns"] - before["whole_fetch_idle_ns"] <= 16 * fill, st
 
 
 def test_model_fetches_the_other_shards_in_the_background(tmp):

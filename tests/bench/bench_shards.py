@@ -16,7 +16,7 @@ into the page cache), then for each set of mcfs -o options given (default: "" an
 "cold_whole=model,disk_direct=false") a cold pass (a fresh daemon, empty cache_dir,
 drop_caches, the store's files re-read so that nginx serves them from its page cache)
 and, once its write-behind is done, the warm pass. The last column is the pass's GB/s and its ratio to
-the local row. The counters under the table are the cold pass's (whole_*, fuse_*,
+the local row. The counters under the table are the cold pass's (whole_*, fetch_*, fuse_*,
 passthrough_*, store_*, backing_*, disk_*).
 
 With --profile DIR, each cold pass is also recorded, to find where its time goes: `perf
@@ -53,7 +53,7 @@ from servers import Nginx, have_nginx  # noqa: E402
 
 BUFS = []
 DOWNLOADS = {}  # a local path: the curl process downloading it (the curl row)
-COUNTERS = ("whole", "fuse", "passthrough", "store", "backing", "disk", "cold")
+COUNTERS = ("whole", "fetch", "fuse", "passthrough", "store", "backing", "disk", "cold")
 
 
 @contextmanager
