@@ -19,8 +19,8 @@
 #include <xxhash.h>
 #ifdef MCFS_HAVE_XXH_DISPATCH
 /* XXH3_64bits() through libxxhash's runtime dispatch: the CPU's widest vectors
- * (AVX2, AVX-512), the same hashes; 1.5x the SSE2 default over 8 MiB blocks on
- * the 2-CPU VM (docs/benchmarks.md, "The checksum through libxxhash's dispatch") */
+ * (AVX2, AVX-512), the same hashes, faster than the SSE2 default
+ * (docs/benchmarks.md, "The checksum through libxxhash's dispatch") */
 #include <xxh_x86dispatch.h>
 #endif
 

@@ -238,8 +238,8 @@ static bool half_on_disk(struct cache *c, struct cache_file *f)
  * the background's files: 0, or -errno (none made: the open waits for it).
  * Not for a file the disk tier holds half of already (the background filled
  * it, or an earlier read): its version file is nearer whole than a copy,
- * which would read those blocks back from the disk (on one H100 host the
- * second shard's copy, made so, took 250 ms where its file was whole in 1).
+ * which would read those blocks back from the disk (docs/benchmarks.md,
+ * "`whole_mem` with the half-on-disk fix").
  */
 static int copy(struct cache *c, struct cache_file *f)
 {

@@ -5,11 +5,12 @@
  * (passthrough) until the open's last close; the disk tier's version file
  * fills behind as before (whole.c's background), for later opens.
  *
- * Why: one version file fills at about 4 GB/s whatever the number of
- * writers (its writes take the file's lock in turn), so the first open of
- * a checkpoint waited a quarter of a second per GB; a memfd filled through
+ * Why: one version file fills no faster with more writers (its writes take
+ * the file's lock in turn), and the first open of a checkpoint waits for
+ * that one file while the others fill beside it; a memfd filled through
  * one shared mapping takes its pages' faults from many threads at once
- * (docs/benchmarks.md, "One file's page cache fills").
+ * (docs/benchmarks.md, "One file's page cache fills", and "The writers
+ * shared out by file" for what the first open waits).
  *
  * The fill: whole_mem threads each take the next block, get it through the
  * cache (cache_block_get(): from RAM, the disk tier verified, or fetched
