@@ -339,6 +339,20 @@ def daemon_pids(mountpoint):
     return pids
 
 
+def fd_links(pid):
+    """Where each of the process's descriptors points (readlink of
+    /proc/PID/fd/N). A descriptor closed between the listing and its
+    readlink is left out: the daemon's threads open and close files while a
+    test looks."""
+    out = []
+    for n in os.listdir("/proc/%d/fd" % pid):
+        try:
+            out.append(os.readlink("/proc/%d/fd/%s" % (pid, n)))
+        except FileNotFoundError:  # closed meanwhile
+            pass
+    return out
+
+
 def wait_for(pred, timeout=10.0, step=0.02):
     """Polls pred() until true or timeout; returns its last value."""
     deadline = time.time() + timeout

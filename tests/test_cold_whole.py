@@ -17,7 +17,7 @@ import threading
 
 import pytest
 
-from conftest import mcfs_mount, wait_for
+from conftest import fd_links, mcfs_mount, wait_for
 from faultproxy import FaultProxy
 from servers import Nginx, have_nginx
 from gen import MiB, drop_caches, write_random
@@ -360,8 +360,7 @@ def test_whole_mem_answers_the_open_from_a_copy_in_memory_and_fills_its_file_beh
             assert sha(bytes(mm)) == sha(datas[0])
             # the copy: a nameless file on the daemon's own tmpfs (huge pages), or
             # a memfd where it may not mount one (the log says which)
-            fds = "/proc/%d/fd" % st["pid"]
-            links = [os.readlink(os.path.join(fds, n)) for n in os.listdir(fds)]
+            links = fd_links(st["pid"])
             memfds = [ln for ln in links if ln.startswith("/memfd:mcfs-whole-")]
             no_tmpfs = "no tmpfs of our own" in m.log()
             assert len(memfds) == (1 if no_tmpfs else 0), (links, no_tmpfs)

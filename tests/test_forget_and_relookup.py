@@ -10,7 +10,7 @@ there).
 import os
 import signal
 
-from conftest import mcfs_mount
+from conftest import fd_links, mcfs_mount
 from gen import drop_caches, make_tree, rss_kib, sanitized, tree_entries
 
 
@@ -21,13 +21,7 @@ def fds_of(pid):
     max_threads, so their number follows the peak of concurrent requests,
     which a slower build reaches higher: the test mounts with one worker, so
     that it is there from the first request on), and the rest."""
-    out = []
-    for n in os.listdir("/proc/%d/fd" % pid):
-        try:
-            out.append(os.readlink("/proc/%d/fd/%s" % (pid, n)))
-        except FileNotFoundError:  # closed meanwhile
-            pass
-    return out
+    return fd_links(pid)
 
 
 def others(fds):

@@ -13,7 +13,7 @@ import urllib.request
 
 import pytest
 
-from conftest import force_unmount, mcfs_mount, need_root, run_mcfs, wait_for
+from conftest import fd_links, force_unmount, mcfs_mount, need_root, run_mcfs, wait_for
 
 prom_parser = pytest.importorskip("prometheus_client.parser",
                                   reason="prometheus-client (pip) parses the exposition")
@@ -247,11 +247,7 @@ def test_metrics_off_by_default(tmp):
     (tmp / "src" / "a").write_bytes(b"x")
     with mcfs_mount(str(tmp / "src"), str(tmp / "mnt")) as m:
         inodes = set()
-        for fd in os.listdir("/proc/%d/fd" % m.proc.pid):
-            try:
-                link = os.readlink("/proc/%d/fd/%s" % (m.proc.pid, fd))
-            except OSError:
-                continue
+        for link in fd_links(m.proc.pid):
             if link.startswith("socket:["):
                 inodes.add(link[8:-1])
         with open("/proc/net/tcp") as f4, open("/proc/net/tcp6") as f6:
