@@ -1,34 +1,21 @@
 /*
- * shared.c - the shared block tier (shared.h): blocks in an S3 bucket that a
- * cluster's nodes share, between the local tiers and the store.
+ * shared.c - the shared block tier's writes, health and life (shared.h; the
+ * reads are shared_read.c's, the decisions shared_lease.c's).
  *
- * Reads (shared_read.c): a local miss (a fetch thread, through tiers.c) GETs
- * the block's object; a verified object fills the RAM slot (a hit). A
- * missing one asks who fetches it (its run's lease): this node fetches it
- * from the store and writes it, or waits for the node that does. A corrupt,
- * truncated or forged object is refused (never served), logged, fetched from
- * the store and written over.
+ * Writes: the fetch thread queues a block after its store fetch; writer
+ * threads PUT it, with a HEAD first when a racing node may have written it
+ * (not for a block of a run this node holds: nobody else writes that one),
+ * and for a leased block write the run's lease again with the block's bit,
+ * which is what waiters watch. The queue is bounded, since each job pins a
+ * RAM slot; a leased block waits for room rather than be dropped, since
+ * dropping it would send every waiting node to the store (why as long as
+ * shared_wait: docs/benchmarks.md, "The shared tier's clocks").
  *
- * Writes (here): after the store fetch the fetch thread queues the write
- * (cache_shared_put()); writer threads PUT it, first asking with a HEAD
- * whether a racing node wrote it already (not for a block this node holds
- * the lease of: no other node writes it), and for a leased block write the
- * run's lease again with the block's bit, which is what waiters watch.
+ * Health: every request asks cache_shared_ask() first and reports with
+ * cache_shared_tell(), which logs each change of state in one line.
  *
- * The write queue is bounded (each job pins a RAM slot) and a full one drops
- * the write, but for a block this node holds the lease of: other nodes wait
- * for that one, and dropping it would send each of them to the store, so
- * the fetch thread (its readers already answered) waits for room, up to
- * shared_wait, and gives the run back if it must drop the block after all
- * (why that long, measured: docs/benchmarks.md, "The shared tier's clocks").
- *
- * Health: one state (up, read-only, down) and its probe, decided by
- * shared_lease.c; every request asks cache_shared_ask() first and reports
- * with cache_shared_tell(), which logs each change in one line.
- *
- * Refuses: to serve bytes it could not authenticate (shared_seal.c: a MAC
- * keyed by the cluster's shared_key_file, which bucket credentials alone do
- * not give); to hold a reader for a write; to log credentials or the key.
+ * Refuses: to serve bytes it could not authenticate; to hold a reader for a
+ * write; to log credentials or the key.
  */
 #define _GNU_SOURCE
 #include "shared.h"
@@ -396,9 +383,9 @@ int cache_shared_open(const struct cfg *cfg, const char *store, uint64_t bs, uns
 		if (rc == 0)
 			sh->nwriters++;
 	}
-	if (rc == 0 && sh->wait_ns > 0 && wake) {
+	if (rc == 0 && sh->wait_ns > 0) {
 		rc = -pthread_create(&sh->parker, NULL, cache_shared_parker, sh);
-		sh->parker_on = sh->parking = rc == 0;
+		sh->parker_on = rc == 0;
 	}
 	if (rc < 0) {
 		cache_shared_close(sh);

@@ -4,36 +4,28 @@
  * after the local tiers (RAM, disk) and before the store.
  *
  * Contracts:
- *  - Only whole blocks, each an object named after the store's identity, the
- *    file's path, version and size, the block size and the index
- *    (cache_shared_key()), stored as the block's bytes and a 48-byte trailer
- *    (magic, length, HMAC-SHA256 of the name, length and bytes keyed by the
- *    cluster's shared_key_file: cache_shared_trailer()). A block is served
- *    only if the object has exactly that size and the trailer checks out
- *    (cache_shared_verify()); anything else is refused, counted (corrupt:
- *    not a sealed block of this size; unauthentic: sealed with another key,
- *    forged, or damaged), logged, fetched from the store and written over.
- *    A refused block never reaches the RAM slot's readers or the disk tier.
- *  - Reads never wait on a silent tier for long: one attempt per request,
- *    cut when the service sent nothing for shared_timeout (cache/remote/
- *    blob.c has the clocks). One health state (up, read-only, down) with one
- *    probe every 5 s while not up, one log line per change (shared_lease.h).
- *  - Writes (cache_shared_put()) go through a bounded queue to writer
- *    threads, after the block's readers were answered. A full queue drops
- *    the block (counted), but for a block whose lease this node holds: that
- *    one waits for room up to shared_wait, and if dropped all the same, its
- *    run is given back; so is the run of a block whose write failed.
- *  - Leases (shared_wait > 0), one per run of shared_run bytes: of the nodes
- *    that miss a run at once, one fetches it from the store and writes it,
- *    naming each block written in the lease; the others wait for the blocks
- *    the lease names, and take the run over when it names no new one for
- *    shared_wait. Best effort: a race costs a duplicate store read, never a
- *    wrong byte. A lease's age is the service's to say (Date less
- *    Last-Modified), so the nodes' clocks need not agree.
+ *  - Only whole blocks, each an object named by cache_shared_key() and
+ *    sealed by a 48-byte trailer: a MAC keyed by the cluster's
+ *    shared_key_file (shared_seal.c). An object of another size or with
+ *    another seal is refused, counted (corrupt, unauthentic), logged,
+ *    fetched from the store and written over; it never reaches a reader or
+ *    the disk tier.
+ *  - A read never waits long on a silent service: one attempt per request,
+ *    cut when the service sent nothing for shared_timeout (blob.c). One
+ *    health state (up, read-only, down) with one probe every 5 s while not
+ *    up (shared_lease.h).
+ *  - Writes go through a bounded queue to writer threads, after the block's
+ *    readers were answered; a full queue drops the write (counted), but for a
+ *    block whose lease this node holds, which waits for room up to
+ *    shared_wait, and whose run is given back if dropped all the same.
+ *  - With shared_wait > 0, one lease per run of shared_run bytes: one node
+ *    fetches the run, the others wait for its blocks, parked, never holding a
+ *    fetch thread (shared_lease.h, shared_read.c). Best effort: a race costs
+ *    a duplicate store read, never a wrong byte.
  *
- * Lock: sh->lock (private) guards the write queue and the state changes; a
- * leaf, never held across a request or the done callback. The counters are
- * relaxed atomics. Callers may hold no lock of theirs while calling in.
+ * Lock: sh->lock (private) guards the write queue, the runs and the health;
+ * a leaf, never held across a request or a callback. The counters are
+ * relaxed atomics. Callers hold no lock of theirs while calling in.
  */
 #ifndef MCFS_CACHE_SHARED_H
 #define MCFS_CACHE_SHARED_H
@@ -65,24 +57,20 @@ enum cache_shared_resume {
 
 /* One block, as the shared tier names it. Borrowed for the call. */
 struct cache_shared_block {
-	const char *path;    /* the file, relative to the store's root */
-	const char *version; /* its version (ETag, or size-mtime-inode) */
-	uint64_t size;	     /* its size in bytes */
-	uint64_t index;	     /* the block's number in the file */
-	uint32_t len;	     /* the block's bytes: block_size, less for the last */
-	/* The caller's token for a wait: non-NULL lets a block that would wait
-	 * for another node be parked (CACHE_SHARED_PARKED) instead of holding
-	 * the calling thread; NULL waits in the call. */
-	void *park;
+	const char *path;     /* the file, relative to the store's root */
+	const char *version;  /* its version (ETag, or size-mtime-inode) */
+	uint64_t size;	      /* its size in bytes */
+	uint64_t index;	      /* the block's number in the file */
+	uint32_t len;	      /* the block's bytes: block_size, less for the last */
+	void *park;	      /* the caller's token, handed back by wake() if parked */
 	unsigned char resume; /* enum cache_shared_resume: how it comes back */
-	/* A resumed block's bound (mcfs_now_ns()), as wake() gave it: a block
-	 * parked again keeps the bound of its first wait. 0: none yet. */
-	uint64_t wait_until;
+	uint64_t wait_until;  /* as wake() gave it (mcfs_now_ns()): a block parked
+			       * again keeps its first wait's bound; 0 = none yet */
 };
 
 /*
  * Names @blk's object (relative to the bucket's prefix) into @out:
- * "mcfs1/STORE/SLUG-HASH/BS-INDEX", STORE being cache_store_dir_name()'s
+ * "mcfs2/STORE/SLUG-HASH/BS-INDEX", STORE being cache_store_dir_name()'s
  * name of the store, SLUG the file name's last 40 characters at most ('_'
  * for all but [A-Za-z0-9._-]), HASH 32 hex digits of XXH3-128 over the
  * path, version and size, BS the block size as typed ("8M"). Only
@@ -151,8 +139,8 @@ enum cache_shared_got {
  * the call; see cache_shared_key()) with blocks of @bs bytes, and starts its
  * writer threads, and (leases on) its parker thread. @done(@ctx, arg) is
  * called once for each put accepted, after it was written or dropped;
- * @wake(@ctx, park, resume) once for each block parked, from the parker
- * thread with no lock of the tier's held. @queue_max bounds the write queue.
+ * @wake(@ctx, park, resume, wait_until) once for each block parked, from the
+ * parker thread with no lock of the tier's held. @queue_max bounds the write queue.
  * Reads cfg->shared_key_file first: a key file refused there
  * (cache_shared_seal_load(), logged) fails the open. Then checks the bucket
  * and the credentials: returns -EACCES (refused) or -ENOENT (no such
@@ -177,11 +165,9 @@ void cache_shared_close(struct cache_shared *sh);
 
 /*
  * Looks for @blk (a whole block) and, when found and verified, puts its
- * blk->len bytes in @buf. May wait for another node's fetch of it while that
- * node's lease shows progress (shared_wait without): in the call, or parked
- * (blk->park: CACHE_SHARED_PARKED; the tier's parker thread watches the run,
- * and wake() hands the block back, @buf untouched meanwhile). @buf must hold
- * blk->len bytes. Returns what it found.
+ * blk->len bytes in @buf (which must hold them). A block another node
+ * fetches is parked (CACHE_SHARED_PARKED, @buf untouched) until wake()
+ * hands it back. Returns what it found.
  */
 enum cache_shared_got cache_shared_get(struct cache_shared *sh,
 				       const struct cache_shared_block *blk, void *buf);

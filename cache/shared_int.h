@@ -76,7 +76,6 @@ struct cache_shared {
 	unsigned nwriters;
 	struct shared_parked *parked; /* blocks waiting for other nodes, newest first */
 	atomic_uint nparked;	      /* their number, for the stats */
-	bool parking;		      /* the parker was started: blocks may park */
 	pthread_t parker;	      /* watches their runs (shared_read.c) */
 	pthread_mutex_t stop_lock; /* guards parker_on: the join, once, before any stop returns */
 	bool parker_on;		   /* started, and not joined yet */

@@ -1,22 +1,7 @@
 /*
- * shared_lease.c - the shared tier's decisions (shared_lease.h): health and
- * runs, pure. shared.c does the requests and holds the lock.
- *
- * Health: one state (up, read-only, down) and one probe while it is not up,
- * every SHARED_RETRY_NS: requests in flight when it changed change nothing,
- * so a slow service does not flap. One clock of silence sorts a cut request
- * (shared_outcome()): a service that answers our other requests is busy, not
- * gone, and costs this read a trip to the store only.
- *
- * Runs: the first thread of this node to miss a block of a run asks the
- * service (STEP_ASK); the others wait in memory for its answer. A run another
- * node holds is watched by one thread at a time, which reads the lease every
- * look_ns; its bits say which blocks are written, so each waiting thread GETs
- * its block once, when it is there. The lease's one no-progress clock: a
- * holder whose lease shows no new block for bound_ns (it died) loses the run
- * to the next look, one bound per run, not one per block; a holder writes its
- * lease only with a new block, so a lease written again without one (a hog)
- * is lost at the look that sees its Last-Modified move.
+ * shared_lease.c - the shared tier's decisions (shared_lease.h, which has the
+ * protocol): health and runs, pure. shared.c and shared_read.c send the
+ * requests and hold the lock.
  */
 #include "shared_lease.h"
 #include "mcfs.h"

@@ -2,11 +2,31 @@
  * shared_lease.h - the shared tier's decisions, as pure code: the health of
  * the service, and who fetches a run of blocks. No threads, no I/O, no clock
  * of its own: the caller passes the time (CLOCK_MONOTONIC ns, mcfs_now_ns())
- * and what the service answered, and does what the answer says. So a fake
- * clock and a fake service drive it in shared_lease_test.c. Not for use
- * outside cache/shared*.c.
+ * and what the service answered, and does what the answer says, so a fake
+ * clock and a fake service drive it in shared_lease_test.c.
  *
- * Threads: none here; the caller (shared.c) holds sh->lock around every call.
+ * Health: one state (up, read-only, down) and one probe while it is not up,
+ * every SHARED_RETRY_NS; requests in flight when it changed change nothing,
+ * so a slow service does not flap. One clock of silence sorts a cut request
+ * (shared_outcome()): a service that answers our other requests is busy, not
+ * gone, and costs this read a trip to the store only.
+ *
+ * Runs: N nodes that load one model at once miss every block together, and
+ * without leases would read the model N times from the store. One lease
+ * covers a run of blocks (shared_run bytes of a file). The first thread of
+ * this node to miss a block of a run asks the service (STEP_ASK); the others
+ * wait in memory for its answer. A run another node holds is watched by one
+ * thread at a time, which reads the lease every look_ns; its bits say which
+ * blocks are written, so each waiter GETs its block once, when it is there.
+ * The one no-progress clock: a lease that names no new block for bound_ns
+ * (shared_wait; its holder died) is taken over at the next look, one bound
+ * per run, not per block. A holder writes its lease only with a new block,
+ * so one written again without one (a hog) is taken over at the look that
+ * sees its Last-Modified move. A waiting block's own bound is twice
+ * bound_ns; then it is read from the store.
+ *
+ * Threads: none here; the caller holds sh->lock around every call. Not for
+ * use outside cache/shared*.c.
  */
 #ifndef MCFS_CACHE_SHARED_LEASE_H
 #define MCFS_CACHE_SHARED_LEASE_H

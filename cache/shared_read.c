@@ -1,45 +1,24 @@
 /*
  * shared_read.c - the shared tier's reads (shared.h: cache_shared_get()): a
- * block's GET, verified, and after a miss who fetches it, by the run's lease:
- * this node (OWNED: fetch it from the store, then write it, shared.c), or
- * another node (wait for its blocks). shared_lease.c decides; this file does
- * the requests and the waits.
+ * block's GET, verified; after a miss, its run's lease says who fetches it
+ * (shared_lease.h has the protocol and decides; this file sends the requests).
  *
- * Why leases: N nodes that load one model at once miss every block together;
- * without them each fetches every block from the store, N times the model.
- * One lease covers a run of blocks (shared_run, 256 MiB of a file): taking
- * one costs a few small requests before the store read can begin.
+ * A claim reads the lease. None there: written with If-None-Match: *, where
+ * the service takes it (AWS S3, MinIO), and the first writer wins. Where it
+ * does not (Swift's s3api answers 501, once; then it is not asked again), and
+ * for a take-over: written, then read back after twice the write's own time,
+ * so that a node that read no lease just before our write lands its own
+ * first; the last writer wins. A race that slips through costs a duplicate
+ * store read of one run, never a wrong byte.
  *
- * A claim: the lease is read; held by another node (younger than shared_wait
- * by the service's clock, not given back): wait. Absent: written with
- * If-None-Match: *, where the service takes it (AWS S3, MinIO): the first
- * writer wins, no pause. Where it does not (Swift's s3api answers 501, once;
- * then not asked again), and for a lease taken over: written, then read back
- * after a pause of twice the write's own time, so that a node that read no
- * lease just before our write lands its own before our read-back; last
- * writer wins. A race that slips through sends two nodes to the store for
- * one run's blocks, never a wrong byte.
- *
- * Waiting: this node's threads that miss blocks of a run held elsewhere wait
- * in memory (sh->changed); one of them at a time reads the lease, every
- * look_ns, and the lease's bits (the blocks the holder wrote) say when each
- * waiter's block is there: it is then GET once, not polled. A lease that
- * shows no new block for shared_wait is taken over: a dead holder costs a
- * waiter one shared_wait per run; one written again with no new block (a
- * hog: a holder writes it only with one) is taken at the look that sees it.
- * A waiting block has a strict bound: twice shared_wait, after which it is
- * fetched from the store.
- *
- * Parking: a caller that passes a token (blk->park: the cache's fetch
- * threads do) does not wait in the call. Its block is parked on sh->parked
- * and the call returns CACHE_SHARED_PARKED, so that the thread goes on with
- * other jobs: a node whose fetch threads all waited for other nodes' runs
- * read nothing else meanwhile. One parker thread runs the same steps for
- * every parked block (looks at leases, claims a run a dead or hogging holder
- * left), and hands a block back through wake() once its run changed (the
- * lease names it, the run became ours or was given back: RESUMED, and the
- * next call goes straight to the run's step) or its bound passed (WAITED:
- * the store).
+ * A block that waits for another node is parked (sh->parked), never held by
+ * its fetch thread: the call returns CACHE_SHARED_PARKED and the thread takes
+ * its next job. One parker thread runs the run steps for every parked block
+ * (looks at leases, take-overs) and hands each back through wake() once its
+ * run changed (RESUMED: the next call goes straight to the run's step) or
+ * its bound, twice shared_wait from its first wait, passed (WAITED: the
+ * store). A block that cannot be parked (stopping, no memory) goes to the
+ * store at once.
  */
 #define _GNU_SOURCE
 #include "shared_int.h"
@@ -261,13 +240,13 @@ static int look(struct cache_shared *sh, const char *lkey)
 }
 
 /* Parks block @index of run @lkey (@park, the caller's token) until @deadline.
- * 0, or -1 (no parker, stopping, or no memory: the caller waits itself). Lock held. */
+ * 0, or -1 (stopping, or no memory: the block goes to the store). Lock held. */
 static int park(struct cache_shared *sh, const char *lkey, uint64_t index, uint64_t deadline,
 		void *park)
 {
 	struct shared_parked *p;
 
-	if (sh->stopping || !sh->parking)
+	if (sh->stopping)
 		return -1;
 	p = malloc(sizeof(*p));
 	if (!p)
@@ -309,12 +288,9 @@ static enum cache_shared_got leased(struct cache_shared *sh, const char *key, co
 				    sh->name, key);
 				break;
 			}
-			if (blk->park && park(sh, lkey, index, deadline, blk->park) == 0) {
+			if (park(sh, lkey, index, deadline, blk->park) == 0)
 				got = CACHE_SHARED_PARKED;
-				break;
-			}
-			cache_shared_sleep(sh, MCFS_MIN(wait, deadline - now));
-			continue;
+			break; /* parked, or the store */
 		case SHARED_STEP_ASK:
 			if (ask(sh, lkey, false) < 0)
 				break; /* the store */

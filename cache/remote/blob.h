@@ -1,25 +1,15 @@
 /*
  * blob.h - a small S3 object client: GET, PUT and HEAD of whole objects
- * under s3://bucket[/prefix], for the shared block tier (cache/shared.c).
- * For cache/ only: fs/ never sees it, and the store's interface (remote.h)
- * knows nothing of it.
+ * under s3://bucket[/prefix], for the shared block tier (cache/shared*.c)
+ * only: fs/ never sees it, and the store's interface (remote.h) knows
+ * nothing of it. Requests are built and signed as the s3 store's (s3.c) and
+ * run by the store's fetch layer, with a pool of its own: one attempt each,
+ * cut by the clocks blob.c describes, since a tier that is down must cost a
+ * read little (the caller goes to the store instead).
  *
- * It is configured by the shared_* keys (endpoint, region, credentials,
- * addressing, timeout), read once at open, and builds its requests as the s3
- * store does (s3.c: struct remote_s3_bucket, the URL, addressing and SigV4
- * signing) over the store's fetch layer (fetch.c: the translation of HTTP
- * status into errno), with a pool of its own and its own limits: every
- * request is one attempt, and
- * shared_timeout bounds its time without progress (blob.c says which clock
- * each request runs), since a tier that is down must cost a read little; the
- * caller goes to the store instead. A transfer that moves, however slowly,
- * runs to its end.
- *
- * Logging: none for a request (the caller logs a change of the tier's state,
- * not each failure); each call fills a struct remote_blob_res with the cause.
- * remote_blob_open() logs what it resolved (credential source, never a key).
- *
- * Threads: every call may be made from many threads at once.
+ * Logging: none for a request (the tier logs a change of its state); each
+ * call fills a struct remote_blob_res with the cause. Threads: every call
+ * may be made from many threads at once.
  */
 #ifndef MCFS_REMOTE_BLOB_H
 #define MCFS_REMOTE_BLOB_H
