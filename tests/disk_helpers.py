@@ -72,11 +72,16 @@ def version_files(cache):
 
 
 def allocated(root):
-    """Bytes allocated on disk (st_blocks * 512) by every file under root."""
+    """Bytes allocated on disk (st_blocks * 512) by every file under root. A file
+    the daemon removed between the listing and its lstat (an evicted version
+    file) holds none."""
     total = 0
     for d, _, names in os.walk(root):
         for n in names:
-            st = os.lstat(os.path.join(d, n))
+            try:
+                st = os.lstat(os.path.join(d, n))
+            except FileNotFoundError:
+                continue
             total += st.st_blocks * 512
     return total
 
